@@ -1,0 +1,122 @@
+//! One unit of admission work: a policy, a subject key and a cost.
+
+use std::fmt;
+
+use crate::{
+    key::{CounterKey, SubjectKey},
+    policy::Policy,
+};
+
+/// Why a weighted [`Check`] could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CostError {
+    /// The cost was zero or above the policy's capacity, so no window or burst
+    /// could ever admit it.
+    #[error("cost {cost} is outside 1..={capacity}, the policy's capacity")]
+    OutOfRange {
+        /// The refused cost.
+        cost: u64,
+        /// The policy's [`capacity`](Policy::capacity).
+        capacity: u64,
+    },
+}
+
+/// A request to consume `cost` units of `policy`'s quota for one subject.
+///
+/// A check borrows its policy, so building one costs no allocation; its
+/// [`CounterKey`] combines the policy fingerprint with the subject key.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use runlimit_core::{Check, CostError, GcraPolicy, PolicyId, ScopeId, SubjectKey};
+///
+/// let policy = GcraPolicy::new(
+///     PolicyId::new("api.write")?,
+///     ScopeId::new("client")?,
+///     100,
+///     Duration::from_secs(60),
+///     10,
+/// )?;
+/// let key = SubjectKey::from_digest([1; 32]);
+/// assert_eq!(Check::new(&policy, key).cost(), 1);
+/// assert_eq!(Check::weighted(&policy, key, 10)?.cost(), 10);
+/// assert_eq!(
+///     Check::weighted(&policy, key, 11).unwrap_err(),
+///     CostError::OutOfRange { cost: 11, capacity: 10 },
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct Check<'a, P: ?Sized> {
+    policy: &'a P,
+    subject: SubjectKey,
+    cost: u64,
+}
+
+impl<'a, P: Policy + ?Sized> Check<'a, P> {
+    /// A check of cost 1.
+    #[must_use]
+    pub fn new(policy: &'a P, subject: SubjectKey) -> Self {
+        Self {
+            policy,
+            subject,
+            cost: 1,
+        }
+    }
+
+    /// A check of `cost` units, for requests that do more work than others.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::OutOfRange`] unless `1 <= cost <= policy.capacity()`: a
+    /// larger cost could never be admitted, so it is a caller error rather than a
+    /// denial.
+    pub fn weighted(policy: &'a P, subject: SubjectKey, cost: u64) -> Result<Self, CostError> {
+        let capacity = policy.capacity();
+        if cost == 0 || cost > capacity {
+            return Err(CostError::OutOfRange { cost, capacity });
+        }
+        Ok(Self {
+            policy,
+            subject,
+            cost,
+        })
+    }
+
+    /// The policy being checked.
+    #[must_use]
+    pub fn policy(&self) -> &'a P {
+        self.policy
+    }
+
+    /// The subject key.
+    #[must_use]
+    pub fn subject(&self) -> &SubjectKey {
+        &self.subject
+    }
+
+    /// Units this check consumes when allowed.
+    #[must_use]
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The key the backend stores this check's counter under.
+    #[must_use]
+    pub fn counter_key(&self) -> CounterKey {
+        CounterKey::new(*self.policy.fingerprint(), self.subject)
+    }
+}
+
+impl<P: Policy + ?Sized> fmt::Debug for Check<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Check")
+            .field("policy", &self.policy)
+            .field("subject", &self.subject)
+            .field("cost", &self.cost)
+            .finish()
+    }
+}

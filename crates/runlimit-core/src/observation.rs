@@ -1,0 +1,293 @@
+//! Operational observations: what backends report to an [`Observer`].
+//!
+//! Observations carry low-cardinality, non-sensitive facts only: the operation,
+//! policy and scope identifiers, the outcome, whether quota was consumed, and how
+//! long it took. They never carry subject keys, counter keys, policy fingerprints
+//! or backend error text.
+
+use std::{
+    fmt,
+    panic::{AssertUnwindSafe, catch_unwind},
+    time::Duration,
+};
+
+use crate::{
+    check::Check,
+    id::{PolicyId, ScopeId},
+    policy::Policy,
+};
+
+/// Receives operational observations from a backend.
+///
+/// Callbacks run synchronously on the admission path, after memory locks are
+/// released or database transactions are finalized: keep them fast and hand
+/// expensive export work to another thread. Backends call them through [`notify`],
+/// which catches panics so telemetry can never change an admission result.
+///
+/// Every method has an empty default, so implement only what you export.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use runlimit_core::{AdmissionObservation, AdmissionOutcome, Observer};
+///
+/// #[derive(Debug, Default)]
+/// struct DenialCounter(AtomicU64);
+///
+/// impl Observer for DenialCounter {
+///     fn on_admission(&self, observation: &AdmissionObservation<'_>) {
+///         if observation.outcome() == AdmissionOutcome::QuotaDenied {
+///             self.0.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+/// }
+/// ```
+pub trait Observer: Send + Sync + fmt::Debug {
+    /// Called once for every check or batch the backend evaluated or failed.
+    fn on_admission(&self, observation: &AdmissionObservation<'_>) {
+        let _ = observation;
+    }
+
+    /// Called after bounded cleanup work removed, or tried to remove, expired state.
+    fn on_cleanup(&self, observation: &CleanupObservation) {
+        let _ = observation;
+    }
+
+    /// Called when an operation changed or hit the backend's stored cardinality.
+    fn on_capacity(&self, observation: &CapacityObservation) {
+        let _ = observation;
+    }
+}
+
+/// Calls `event` with `observer`, catching any panic so that telemetry cannot
+/// change an admission result. Returns `false` if the observer panicked.
+pub fn notify<O: Observer + ?Sized>(observer: &O, event: impl FnOnce(&O)) -> bool {
+    catch_unwind(AssertUnwindSafe(|| event(observer))).is_ok()
+}
+
+/// Whether an observation is about a single check or an atomic batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// `Limiter::check`.
+    Check,
+    /// `Limiter::check_all`.
+    Batch,
+}
+
+/// How an admission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AdmissionOutcome {
+    /// Every check was within quota.
+    Allowed,
+    /// An enforced quota denied a check.
+    QuotaDenied,
+    /// A shadow quota would have denied a check; the request was permitted.
+    ShadowDenied,
+    /// A new key did not fit the backend's storage capacity.
+    CapacityDenied,
+    /// The backend returned an error (a caller error or a failure).
+    Failed,
+}
+
+/// Whether an admission consumed quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Consumption {
+    /// Quota was consumed.
+    Consumed,
+    /// Quota was definitely not consumed.
+    NotConsumed,
+    /// The outcome is unknown: for example a database commit whose reply was lost.
+    PossiblyConsumed,
+}
+
+/// The policy and scope of one check, as observations expose them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PolicyLabel<'a> {
+    /// The policy identifier.
+    pub policy: &'a PolicyId,
+    /// The scope identifier.
+    pub scope: &'a ScopeId,
+}
+
+impl<'a> PolicyLabel<'a> {
+    /// The label of `check`'s policy.
+    #[must_use]
+    pub fn of<P: Policy + ?Sized>(check: &Check<'a, P>) -> Self {
+        let policy = check.policy();
+        Self {
+            policy: policy.id(),
+            scope: policy.scope(),
+        }
+    }
+}
+
+/// One check or batch that a backend evaluated or failed.
+#[derive(Debug, Clone, Copy)]
+pub struct AdmissionObservation<'a> {
+    operation: Operation,
+    policies: &'a [PolicyLabel<'a>],
+    decisive_index: Option<usize>,
+    outcome: AdmissionOutcome,
+    consumption: Consumption,
+    elapsed: Duration,
+}
+
+impl<'a> AdmissionObservation<'a> {
+    /// Describes an admission of checks labelled `policies` (in input order;
+    /// build them with [`PolicyLabel::of`]). `decisive_index` is the input position of the check
+    /// that decided a denial, when there is one.
+    #[must_use]
+    pub fn new(
+        operation: Operation,
+        policies: &'a [PolicyLabel<'a>],
+        decisive_index: Option<usize>,
+        outcome: AdmissionOutcome,
+        consumption: Consumption,
+        elapsed: Duration,
+    ) -> Self {
+        Self {
+            operation,
+            policies,
+            decisive_index,
+            outcome,
+            consumption,
+            elapsed,
+        }
+    }
+
+    /// Single check or batch.
+    #[must_use]
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
+    /// Number of checks in the operation.
+    #[must_use]
+    pub fn batch_size(&self) -> usize {
+        self.policies.len()
+    }
+
+    /// The policy labels of every check, in input order.
+    #[must_use]
+    pub fn policies(&self) -> &'a [PolicyLabel<'a>] {
+        self.policies
+    }
+
+    /// The label that best explains the outcome: the denied check's for denials,
+    /// otherwise the first check's.
+    #[must_use]
+    pub fn policy(&self) -> Option<PolicyLabel<'a>> {
+        self.policies.get(self.decisive_index.unwrap_or(0)).copied()
+    }
+
+    /// Input position of the check that decided a denial.
+    #[must_use]
+    pub fn decisive_index(&self) -> Option<usize> {
+        self.decisive_index
+    }
+
+    /// How the admission ended.
+    #[must_use]
+    pub fn outcome(&self) -> AdmissionOutcome {
+        self.outcome
+    }
+
+    /// Whether quota was consumed.
+    #[must_use]
+    pub fn consumption(&self) -> Consumption {
+        self.consumption
+    }
+
+    /// Time spent in the backend, measured only when an observer is installed.
+    #[must_use]
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+}
+
+/// Bounded cleanup work a backend did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupObservation {
+    requested: u64,
+    removed: Option<u64>,
+    elapsed: Duration,
+}
+
+impl CleanupObservation {
+    /// Describes cleanup that was allowed to remove `requested` entries and removed
+    /// `removed` of them (`None` when the outcome is unknown).
+    #[must_use]
+    pub fn new(requested: u64, removed: Option<u64>, elapsed: Duration) -> Self {
+        Self {
+            requested,
+            removed,
+            elapsed,
+        }
+    }
+
+    /// The most entries the cleanup was allowed to remove.
+    #[must_use]
+    pub fn requested(&self) -> u64 {
+        self.requested
+    }
+
+    /// How many were removed, or `None` if unknown (for example a lost commit).
+    #[must_use]
+    pub fn removed(&self) -> Option<u64> {
+        self.removed
+    }
+
+    /// Time spent cleaning.
+    #[must_use]
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+}
+
+/// Stored cardinality against the configured bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityObservation {
+    used: u64,
+    capacity: u64,
+    shard: Option<usize>,
+}
+
+impl CapacityObservation {
+    /// Describes `used` of `capacity` entries, in `shard` when the backend shards.
+    #[must_use]
+    pub fn new(used: u64, capacity: u64, shard: Option<usize>) -> Self {
+        Self {
+            used,
+            capacity,
+            shard,
+        }
+    }
+
+    /// Entries stored.
+    #[must_use]
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// The bound.
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Entries that still fit.
+    #[must_use]
+    pub fn headroom(&self) -> u64 {
+        self.capacity.saturating_sub(self.used)
+    }
+
+    /// The shard, when the backend shards its storage.
+    #[must_use]
+    pub fn shard(&self) -> Option<usize> {
+        self.shard
+    }
+}

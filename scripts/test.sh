@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The single test entry point for Runlimit. CI (.ci/run and
+# .github/workflows/ci.yml) and the README all call this script, so a green
+# local run means the same thing as a green CI run.
+#
+# Usage:
+#   scripts/test.sh           full gate: fmt, clippy, tests, docs, external
+#                             consumer check, and the demo once it exists
+#   scripts/test.sh --quick   local iteration: skips clippy and rustdoc (the two
+#                             slowest steps that only report lint-level issues)
+#
+# Environment:
+#   CARGO_TARGET_DIR                      respected if already set (cargo reads it
+#                                         itself; the external consumer build goes
+#                                         into a subdirectory of it).
+#   RUNLIMIT_POSTGRES_TEST_DATABASE_URL   defaults to
+#                                         postgres://postgres@127.0.0.1:5432/test
+#   RUNLIMIT_REDIS_TEST_URL               defaults to redis://127.0.0.1:6379/
+#   RUNLIMIT_REQUIRE_SERVICES=1           makes backend tests fail instead of
+#                                         skipping when a service is unreachable
+#                                         (CI sets it; locally tests print a skip
+#                                         reason and carry on).
+#
+# The URL defaults apply only when the variable is unset. Setting one to the
+# empty string is left alone, so a developer can opt out of a backend with e.g.
+# `RUNLIMIT_REDIS_TEST_URL= scripts/test.sh`.
+
+set -euo pipefail
+
+usage() {
+    sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+quick=0
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        -h | --help)
+            usage
+            exit 0
+            ;;
+        *)
+            echo "scripts/test.sh: unknown argument: $arg (try --help)" >&2
+            exit 2
+            ;;
+    esac
+done
+
+# Always work from the repository root, wherever the script was called from,
+# so relative paths (smoke/, scripts/, the default target/) are stable.
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+export RUNLIMIT_POSTGRES_TEST_DATABASE_URL="${RUNLIMIT_POSTGRES_TEST_DATABASE_URL-postgres://postgres@127.0.0.1:5432/test}"
+export RUNLIMIT_REDIS_TEST_URL="${RUNLIMIT_REDIS_TEST_URL-redis://127.0.0.1:6379/}"
+
+# Announce each step before running it, and name the step that failed so a
+# long CI log does not have to be scrolled to find the culprit.
+current_step=""
+step() {
+    current_step="$*"
+    echo
+    echo "==> $*"
+}
+on_exit() {
+    local status=$?
+    if [[ $status -ne 0 && -n "$current_step" ]]; then
+        echo >&2
+        echo "==> FAILED (exit $status): $current_step" >&2
+    fi
+}
+trap on_exit EXIT
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+if [[ $quick -eq 0 ]]; then
+    step "cargo clippy --workspace --all-targets --all-features --locked -- -D warnings"
+    cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+else
+    echo
+    echo "==> (--quick) skipping cargo clippy"
+fi
+
+# Plain `cargo test`: tests that need PostgreSQL or Redis print their own skip
+# reason when the service is unreachable (unless RUNLIMIT_REQUIRE_SERVICES=1).
+step "cargo test --workspace --all-features --locked"
+cargo test --workspace --all-features --locked
+
+if [[ $quick -eq 0 ]]; then
+    step "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features --locked"
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
+else
+    echo
+    echo "==> (--quick) skipping cargo doc"
+fi
+
+# The external consumer is a separate workspace that uses the crates only
+# through their public API, the way a downstream user would. It gets its own
+# target subdirectory so its feature/dependency resolution never invalidates
+# the main workspace's build cache.
+external_target_dir="${CARGO_TARGET_DIR:-target}/external-consumer"
+step "cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir $external_target_dir"
+cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir "$external_target_dir"
+
+# The demo is added by a later change; run it only once it is present and
+# executable, so this script works both before and after that lands.
+if [[ -f scripts/run-demo.sh && -x scripts/run-demo.sh ]]; then
+    step "scripts/run-demo.sh"
+    scripts/run-demo.sh
+fi
+
+current_step=""
+echo
+echo "==> all checks passed$([[ $quick -eq 1 ]] && echo ' (quick mode: clippy and doc skipped)')"
