@@ -49,7 +49,6 @@ pub enum CostError {
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Copy)]
 pub struct Check<'a, P: ?Sized> {
     policy: &'a P,
     subject: SubjectKey,
@@ -110,6 +109,15 @@ impl<'a, P: Policy + ?Sized> Check<'a, P> {
         CounterKey::new(*self.policy.fingerprint(), self.subject)
     }
 }
+
+// Manual impls: a derive would demand `P: Clone`, but only a reference is copied.
+impl<P: ?Sized> Clone for Check<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P: ?Sized> Copy for Check<'_, P> {}
 
 impl<P: Policy + ?Sized> fmt::Debug for Check<'_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

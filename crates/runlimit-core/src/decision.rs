@@ -66,6 +66,7 @@ impl Denial {
         matches!(self, Self::StorageCapacity { .. })
     }
 
+    #[cfg(feature = "serde")]
     pub(crate) fn validate(&self) -> Result<(), DecisionError> {
         match self {
             Self::QuotaExceeded { capacity, .. } if !(1..=MAX_LIMIT).contains(capacity) => {
@@ -413,6 +414,7 @@ impl BatchDecision {
         self.retry_after().map(ceil_seconds)
     }
 
+    #[cfg(feature = "serde")]
     pub(crate) fn validate(&self) -> Result<(), DecisionError> {
         match self {
             Self::Allowed(decisions) => {

@@ -60,6 +60,20 @@ pub trait Observer: Send + Sync + fmt::Debug {
     }
 }
 
+impl<O: Observer + ?Sized> Observer for std::sync::Arc<O> {
+    fn on_admission(&self, observation: &AdmissionObservation<'_>) {
+        (**self).on_admission(observation);
+    }
+
+    fn on_cleanup(&self, observation: &CleanupObservation) {
+        (**self).on_cleanup(observation);
+    }
+
+    fn on_capacity(&self, observation: &CapacityObservation) {
+        (**self).on_capacity(observation);
+    }
+}
+
 /// Calls `event` with `observer`, catching any panic so that telemetry cannot
 /// change an admission result. Returns `false` if the observer panicked.
 pub fn notify<O: Observer + ?Sized>(observer: &O, event: impl FnOnce(&O)) -> bool {

@@ -1,0 +1,372 @@
+//! The per-key arithmetic of each algorithm, independent of storage.
+//!
+//! Time is a `u64` count of nanoseconds since the store's clock origin. Fixed
+//! windows report exact durations; GCRA keeps its theoretical arrival time as a
+//! whole number of nanoseconds plus a remainder in units of `1 / quota`
+//! nanoseconds, so replenishment is exact for any quota and period, and reports
+//! durations rounded up to whole milliseconds as the policy documents.
+
+use std::{fmt, time::Duration};
+
+use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy};
+
+const NANOS_PER_MILLI: u64 = 1_000_000;
+
+pub(crate) mod sealed {
+    use runlimit_core::{Decision, Denial};
+
+    /// What an algorithm decides for one key, before anything is stored.
+    #[derive(Debug)]
+    pub enum Evaluation<S> {
+        /// Within quota: report `decision` and store `next`.
+        Allowed { decision: Decision, next: S },
+        /// Over quota: nothing changes.
+        Denied(Denial),
+    }
+
+    pub trait Engine: Send + Sync + 'static {
+        /// Per-key state; constant size.
+        type State: Copy + Send + Sync + std::fmt::Debug + 'static;
+        type Policy: runlimit_core::Policy;
+
+        /// Decides `cost` units at `now` for a key whose stored state is `state`
+        /// (`None` for a key not stored). Never fails: costs are validated by
+        /// `Check`, and policy bounds keep the arithmetic in range.
+        fn evaluate(
+            policy: &Self::Policy,
+            state: Option<Self::State>,
+            cost: u64,
+            now: u64,
+        ) -> Evaluation<Self::State>;
+
+        /// When the entry expires: from then on it is equivalent to an absent key
+        /// and may be removed. Never decreases while the key is stored.
+        fn deadline(state: &Self::State) -> u64;
+    }
+}
+
+use sealed::{Engine, Evaluation};
+
+/// The algorithm a [`Store`](crate::Store) runs; implemented by [`FixedWindow`]
+/// and [`Gcra`].
+pub trait Algorithm: Engine + fmt::Debug {}
+
+/// Anchored fixed windows for [`FixedWindowPolicy`]: see
+/// [`MemoryStore`](crate::MemoryStore).
+#[derive(Debug, Clone, Copy)]
+pub struct FixedWindow;
+
+/// The generic cell rate algorithm for [`GcraPolicy`]: see
+/// [`GcraStore`](crate::GcraStore).
+#[derive(Debug, Clone, Copy)]
+pub struct Gcra;
+
+impl Algorithm for FixedWindow {}
+impl Algorithm for Gcra {}
+
+fn millis_to_nanos(millis: u64) -> u64 {
+    // Policies bound windows to MAX_WINDOW (3.2e10 ms), far below u64::MAX / 1e6.
+    millis.saturating_mul(NANOS_PER_MILLI)
+}
+
+fn denial_for(capacity: u64, retry_after: Duration) -> Denial {
+    Denial::QuotaExceeded {
+        capacity,
+        retry_after,
+    }
+}
+
+/// The state of one anchored window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowState {
+    expires_at: u64,
+    used: u64,
+}
+
+impl Engine for FixedWindow {
+    type State = WindowState;
+    type Policy = FixedWindowPolicy;
+
+    fn evaluate(
+        policy: &FixedWindowPolicy,
+        state: Option<WindowState>,
+        cost: u64,
+        now: u64,
+    ) -> Evaluation<WindowState> {
+        // An expired window is the same as no window: the next allowed check
+        // anchors a new one.
+        let current = state
+            .filter(|window| window.expires_at > now)
+            .unwrap_or(WindowState {
+                expires_at: now.saturating_add(millis_to_nanos(policy.window_millis())),
+                used: 0,
+            });
+        let limit = policy.limit();
+        let remaining_before = limit.saturating_sub(current.used);
+        let left = Duration::from_nanos(current.expires_at - now);
+        if cost > remaining_before {
+            return Evaluation::Denied(denial_for(limit, left));
+        }
+        let used = current.used + cost;
+        // remaining <= limit by construction.
+        let decision = Decision::allowed(limit, limit - used, left)
+            .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"));
+        Evaluation::Allowed {
+            decision,
+            next: WindowState {
+                expires_at: current.expires_at,
+                used,
+            },
+        }
+    }
+
+    fn deadline(state: &WindowState) -> u64 {
+        state.expires_at
+    }
+}
+
+/// A non-negative time in nanoseconds plus `rem / quota` of a nanosecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Scaled {
+    nanos: u64,
+    rem: u64,
+}
+
+impl Scaled {
+    /// `factor × nanos / quota` nanoseconds, exactly.
+    fn ratio(factor: u64, nanos: u64, quota: u64) -> Self {
+        // The common case fits u64, whose division is several times cheaper.
+        if let Some(product) = factor.checked_mul(nanos) {
+            return Self {
+                nanos: product / quota,
+                rem: product % quota,
+            };
+        }
+        let product = u128::from(factor) * u128::from(nanos);
+        let quota = u128::from(quota);
+        Self {
+            // Policies bound the quotient by MAX_WINDOW in nanoseconds (3.2e16).
+            nanos: u64::try_from(product / quota).unwrap_or(u64::MAX),
+            // Below quota <= MAX_LIMIT.
+            rem: u64::try_from(product % quota).unwrap_or(0),
+        }
+    }
+
+    fn add(self, other: Self, quota: u64) -> Self {
+        let rem = self.rem + other.rem;
+        let carry = rem >= quota;
+        Self {
+            nanos: self
+                .nanos
+                .saturating_add(other.nanos)
+                .saturating_add(u64::from(carry)),
+            rem: if carry { rem - quota } else { rem },
+        }
+    }
+
+    /// `self - other`, for `self >= other`.
+    fn sub(self, other: Self, quota: u64) -> Self {
+        if self.rem >= other.rem {
+            Self {
+                nanos: self.nanos - other.nanos,
+                rem: self.rem - other.rem,
+            }
+        } else {
+            Self {
+                nanos: self.nanos - other.nanos - 1,
+                rem: self.rem + quota - other.rem,
+            }
+        }
+    }
+
+    /// Whole nanoseconds, rounding any fraction up.
+    fn ceil_nanos(self) -> u64 {
+        self.nanos.saturating_add(u64::from(self.rem > 0))
+    }
+
+    /// The duration rounded up to whole milliseconds.
+    fn ceil_millis(self) -> Duration {
+        Duration::from_millis(self.ceil_nanos().div_ceil(NANOS_PER_MILLI))
+    }
+}
+
+/// The theoretical arrival time of one GCRA key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcraState {
+    tat: Scaled,
+}
+
+impl Engine for Gcra {
+    type State = GcraState;
+    type Policy = GcraPolicy;
+
+    fn evaluate(
+        policy: &GcraPolicy,
+        state: Option<GcraState>,
+        cost: u64,
+        now: u64,
+    ) -> Evaluation<GcraState> {
+        let quota = policy.quota();
+        let period = millis_to_nanos(policy.period_millis());
+        let now = Scaled { nanos: now, rem: 0 };
+        // Each unit costs period / quota; the burst tolerance is
+        // burst × period / quota. Products are formed in u128 and reduced at once.
+        let increment = Scaled::ratio(cost, period, quota);
+        let tolerance = Scaled::ratio(policy.burst_capacity(), period, quota);
+        let start = state.map_or(now, |state| state.tat.max(now));
+        let tat = start.add(increment, quota);
+        let ahead = tat.sub(now, quota);
+        if ahead > tolerance {
+            let retry_after = ahead.sub(tolerance, quota).ceil_millis();
+            return Evaluation::Denied(denial_for(policy.burst_capacity(), retry_after));
+        }
+        // Units still available: floor((tolerance - ahead) / (period / quota)).
+        let slack = tolerance.sub(ahead, quota);
+        let remaining = match slack
+            .nanos
+            .checked_mul(quota)
+            .and_then(|scaled| scaled.checked_add(slack.rem))
+        {
+            Some(scaled) => scaled / period,
+            None => {
+                let scaled = u128::from(slack.nanos) * u128::from(quota) + u128::from(slack.rem);
+                u64::try_from(scaled / u128::from(period)).unwrap_or(u64::MAX)
+            }
+        };
+        let decision = Decision::allowed(policy.burst_capacity(), remaining, ahead.ceil_millis())
+            .unwrap_or_else(|_| unreachable!("slack never exceeds the burst tolerance"));
+        Evaluation::Allowed {
+            decision,
+            next: GcraState { tat },
+        }
+    }
+
+    fn deadline(state: &GcraState) -> u64 {
+        state.tat.ceil_nanos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use runlimit_core::{PolicyId, ScopeId};
+
+    use super::*;
+
+    const MS: u64 = NANOS_PER_MILLI;
+
+    fn gcra(quota: u64, period_ms: u64, burst: u64) -> GcraPolicy {
+        GcraPolicy::new(
+            PolicyId::new("p").expect("valid"),
+            ScopeId::new("s").expect("valid"),
+            quota,
+            Duration::from_millis(period_ms),
+            burst,
+        )
+        .expect("valid")
+    }
+
+    fn run(policy: &GcraPolicy, state: &mut Option<GcraState>, cost: u64, now: u64) -> Decision {
+        match Gcra::evaluate(policy, *state, cost, now) {
+            Evaluation::Allowed { decision, next } => {
+                *state = Some(next);
+                decision
+            }
+            Evaluation::Denied(denial) => Decision::denied(denial),
+        }
+    }
+
+    #[test]
+    fn scaled_arithmetic_carries_and_borrows() {
+        let quota = 3;
+        let a = Scaled::ratio(5, 1, quota); // 1 + 2/3
+        assert_eq!(a, Scaled { nanos: 1, rem: 2 });
+        assert_eq!(a.add(a, quota), Scaled { nanos: 3, rem: 1 });
+        assert_eq!(
+            Scaled { nanos: 3, rem: 1 }.sub(a, quota),
+            Scaled { nanos: 1, rem: 2 }
+        );
+        assert_eq!(a.ceil_nanos(), 2);
+        assert_eq!(
+            Scaled { nanos: MS, rem: 0 }.ceil_millis(),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            Scaled { nanos: MS, rem: 1 }.ceil_millis(),
+            Duration::from_millis(2)
+        );
+    }
+
+    #[test]
+    fn gcra_burst_then_spacing() {
+        // 10 per second, burst 20: 20 immediately, then one every 100 ms.
+        let policy = gcra(10, 1_000, 20);
+        let mut state = None;
+        for expected_remaining in (0..20).rev() {
+            let decision = run(&policy, &mut state, 1, 0);
+            assert_eq!(decision.remaining(), Some(expected_remaining));
+        }
+        let denied = run(&policy, &mut state, 1, 0);
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
+        let denied = run(&policy, &mut state, 1, 99 * MS);
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(1)));
+        let allowed = run(&policy, &mut state, 1, 100 * MS);
+        assert_eq!(allowed.remaining(), Some(0));
+        assert_eq!(allowed.reset_after(), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn gcra_thirds_of_a_millisecond_stay_exact() {
+        // 3 per 1 ms: each unit costs 333_333.33… ns.
+        let policy = gcra(3, 1, 1);
+        let mut state = None;
+        assert!(run(&policy, &mut state, 1, 0).is_allowed());
+        let denied = run(&policy, &mut state, 1, 333_333);
+        // 1/3 ns short; rounded up to one whole millisecond.
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(1)));
+        assert!(run(&policy, &mut state, 1, 333_334).is_allowed());
+        // After three units, exactly 1 ms has been consumed: no drift.
+        assert!(run(&policy, &mut state, 1, 666_667).is_allowed());
+        assert_eq!(state.map(|s| s.tat), Some(Scaled { nanos: MS, rem: 0 }));
+    }
+
+    #[test]
+    fn gcra_extreme_policy_stays_in_range() {
+        use runlimit_core::{MAX_LIMIT, MAX_WINDOW};
+        let period_ms = u64::try_from(MAX_WINDOW.as_millis()).expect("fits");
+        let policy = gcra(MAX_LIMIT, period_ms, MAX_LIMIT);
+        let mut state = None;
+        let decision = run(&policy, &mut state, MAX_LIMIT, u64::MAX / 4);
+        assert_eq!(decision.remaining(), Some(0));
+        assert_eq!(decision.reset_after(), Some(MAX_WINDOW));
+        let denied = run(&policy, &mut state, 1, u64::MAX / 4);
+        assert!(denied.is_denied());
+    }
+
+    #[test]
+    fn fixed_window_anchors_and_renews() {
+        let policy = FixedWindowPolicy::new(
+            PolicyId::new("p").expect("valid"),
+            ScopeId::new("s").expect("valid"),
+            2,
+            Duration::from_millis(10),
+        )
+        .expect("valid");
+        let eval = |state, now| FixedWindow::evaluate(&policy, state, 1, now);
+        let Evaluation::Allowed { next, decision } = eval(None, 5 * MS) else {
+            panic!("fresh key is allowed");
+        };
+        assert_eq!(decision.reset_after(), Some(Duration::from_millis(10)));
+        assert_eq!(next.expires_at, 15 * MS);
+        let Evaluation::Allowed { next, .. } = eval(Some(next), 7 * MS) else {
+            panic!("second unit fits");
+        };
+        let Evaluation::Denied(denial) = eval(Some(next), 14 * MS) else {
+            panic!("third unit is denied");
+        };
+        assert_eq!(denial.retry_after(), Some(Duration::from_millis(1)));
+        let Evaluation::Allowed { next, .. } = eval(Some(next), 15 * MS) else {
+            panic!("a new window starts at the deadline");
+        };
+        assert_eq!((next.expires_at, next.used), (25 * MS, 1));
+    }
+}

@@ -1,0 +1,111 @@
+//! Injectable monotonic clocks.
+
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+/// A monotonic time source for the memory stores.
+///
+/// `now` returns the time elapsed since an arbitrary origin fixed when the clock
+/// was created. Stores never let time move backwards within a shard, so a clock
+/// that occasionally steps back only delays replenishment; it cannot admit extra
+/// requests.
+///
+/// Stores read the clock once per operation while holding the shard locks the
+/// operation needs, so a clock that panics poisons those shards.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// Time since this clock's origin.
+    fn now(&self) -> Duration;
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Duration {
+        (**self).now()
+    }
+}
+
+/// The default clock: [`Instant`] since the clock was created.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    /// A clock whose origin is now.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// A clock that only moves when told to, for tests that must never sleep.
+///
+/// Clones share the same time.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use runlimit_memory::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let shared = clock.clone();
+/// clock.advance(Duration::from_millis(1_500));
+/// assert_eq!(shared.now(), Duration::from_millis(1_500));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at its origin.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `by` (saturating at about 584 years).
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        // fetch_update never fails with a closure that always returns Some.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
+    }
+
+    /// Sets the time since the origin, which may move the clock backwards.
+    pub fn set(&self, now: Duration) {
+        self.nanos.store(
+            u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}

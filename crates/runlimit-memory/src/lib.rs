@@ -1,0 +1,114 @@
+//! Process-local, hard-bounded storage for Runlimit.
+//!
+//! `runlimit-memory` implements [`runlimit_core::Limiter`] in process memory:
+//! [`MemoryStore`] for anchored fixed windows ([`FixedWindowPolicy`]) and
+//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]). Use it
+//! for single-process services, tests, and as the coarse first-line gate in
+//! front of a shared backend such as `runlimit-postgres`; it enforces a
+//! per-process quota, not a fleet-wide one.
+//!
+//! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
+//! [`GcraPolicy`]: runlimit_core::GcraPolicy
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use runlimit_core::{Check, GcraPolicy, PolicyId, ScopeId, SubjectKey};
+//! use runlimit_memory::{GcraStore, MemoryStoreConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = GcraPolicy::new(
+//!     PolicyId::new("api.read")?,
+//!     ScopeId::new("client")?,
+//!     10,                       // units replenished
+//!     Duration::from_secs(1),   // during this period
+//!     20,                       // maximum immediate burst
+//! )?;
+//! let limiter = GcraStore::new(MemoryStoreConfig::new(50_000)?);
+//! let decision = limiter.check(&Check::new(
+//!     &policy,
+//!     SubjectKey::from_digest([7; 32]),
+//! ))?;
+//! assert!(decision.permits_request());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Behaviour
+//!
+//! * **Bounded.** A store never holds more than `max_keys` entries. One shard
+//!   (the default) makes all of them available whatever the key distribution;
+//!   [`MemoryStoreConfig::with_shard_count`] divides them into fixed per-shard
+//!   capacities behind separate locks.
+//! * **Active entries are never evicted.** A new key that does not fit its shard
+//!   is denied with [`Denial::StorageCapacity`](runlimit_core::Denial), carrying
+//!   the earliest known time an entry may expire when the store knows one. Such
+//!   denials fail closed even for shadow policies.
+//! * **Bounded cleanup.** When a check needs room for a new key, it removes at
+//!   most [`cleanup_per_check`](MemoryStoreConfig::cleanup_per_check) expired
+//!   entries from its shard (a batch gets that allowance once per check on the
+//!   shard). A fixed-window entry expires at its anchored deadline; a GCRA entry
+//!   when its full burst has replenished. Until removed, an expired entry behaves
+//!   exactly like an absent key.
+//! * **Fixed windows are anchored.** The first allowed check for a key starts its
+//!   window; later checks use that anchor until the whole window has elapsed.
+//!   Durations are exact at evaluation time.
+//! * **GCRA is exact.** Replenishment uses scaled integers (nanoseconds plus a
+//!   remainder in units of `1 / quota` ns), never floating point; retry and reset
+//!   durations are rounded up to whole milliseconds. State is constant-size per
+//!   key.
+//! * **Denials consume nothing; batches are all-or-nothing.** Allowed decisions
+//!   keep input order; duplicate keys, mixed quota modes, empty and oversized
+//!   batches are caller errors; a batch whose keys could never fit one shard is
+//!   [`MemoryStoreError::BatchExceedsShardCapacity`].
+//! * **Time never moves backwards within a shard**, whatever the clock does.
+//! * **Poisoning.** If code panics while a shard lock is held (for example an
+//!   injected clock), that shard stays poisoned: every later operation touching
+//!   it returns [`MemoryStoreError::PoisonedShard`] without resetting counters.
+//!   With one shard this makes the whole store unavailable; keep admissions
+//!   failed closed and alert. [`Store::recover_poisoned`] empties only poisoned
+//!   shards, an explicit availability trade-off: their lost state may admit
+//!   requests it would have denied.
+//! * **Observers** run after locks are released; their panics are caught, and
+//!   without an observer no clock is read for timing.
+//!
+//! The inherent [`Store::check`] and [`Store::check_all`] are synchronous. The
+//! [`Limiter`](runlimit_core::Limiter) implementation runs them when its future
+//! is first polled; from a concrete store, call it as
+//! `Limiter::check(&store, &check).await`.
+//!
+//! # Memory
+//!
+//! Each key costs a 48-byte slot, a 4-byte index entry with its control byte,
+//! and a 16-byte expiry-heap entry: under 100 bytes per key at a million keys,
+//! counted by this crate's allocation test and benchmark.
+
+mod algorithm;
+mod clock;
+mod config;
+mod error;
+mod stats;
+mod store;
+mod table;
+
+pub use algorithm::{Algorithm, FixedWindow, Gcra, GcraState, WindowState};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    ConfigError, DEFAULT_CLEANUP_PER_CHECK, MAX_BATCH_SIZE, MAX_CLEANUP_PER_CHECK, MAX_KEYS,
+    MAX_SHARDS, MemoryStoreConfig,
+};
+pub use error::MemoryStoreError;
+pub use stats::{MemoryStoreStats, ShardStats};
+pub use store::Store;
+
+/// A hard-bounded, sharded, process-local store of anchored fixed windows.
+///
+/// See the [crate documentation](crate) for its behaviour.
+pub type MemoryStore = Store<FixedWindow>;
+
+/// A hard-bounded, sharded, process-local GCRA store.
+///
+/// See the [crate documentation](crate) for its behaviour.
+pub type GcraStore = Store<Gcra>;

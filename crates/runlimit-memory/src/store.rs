@@ -1,0 +1,562 @@
+//! The sharded store shared by [`MemoryStore`](crate::MemoryStore) and
+//! [`GcraStore`](crate::GcraStore).
+
+use std::{
+    fmt,
+    sync::{Arc, Mutex, MutexGuard, TryLockError},
+    time::{Duration, Instant},
+};
+
+use runlimit_core::{
+    AdmissionObservation, AdmissionOutcome, BatchDecision, CapacityObservation, Check,
+    CleanupObservation, Consumption, Decision, Denial, Limiter, Observer, Operation, Policy,
+    PolicyLabel, QuotaMode, notify, validate_batch,
+};
+
+use crate::{
+    algorithm::{Algorithm, sealed::Evaluation},
+    clock::{Clock, SystemClock},
+    config::MemoryStoreConfig,
+    error::MemoryStoreError,
+    stats::{MemoryStoreStats, ShardStats},
+    table::{SlotId, StoreKey, Table},
+};
+
+/// A shard's lock, padded to its own cache lines so that threads working on
+/// neighbouring shards do not contend on one line.
+#[repr(align(128))]
+struct Shard<S> {
+    table: Mutex<Table<S>>,
+}
+
+/// A sharded, hard-bounded, process-local rate-limit store.
+///
+/// Use it as [`MemoryStore`](crate::MemoryStore) for fixed windows or
+/// [`GcraStore`](crate::GcraStore) for GCRA; see the [crate documentation](crate)
+/// for the behaviour both share.
+pub struct Store<A: Algorithm> {
+    shards: Box<[Shard<A::State>]>,
+    config: MemoryStoreConfig,
+    clock: Arc<dyn Clock>,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+/// What a locked operation did that observers may want to hear about.
+#[derive(Default)]
+struct Effects {
+    removed: usize,
+    cleanup_allowance: usize,
+    cleanup_elapsed: Duration,
+    capacity: Vec<CapacityObservation>,
+}
+
+impl<A: Algorithm> Store<A> {
+    /// An empty store using the system clock and no observer.
+    #[must_use]
+    pub fn new(config: MemoryStoreConfig) -> Self {
+        let shards = (0..config.shard_count())
+            .map(|index| Shard {
+                table: Mutex::new(Table::new(config.shard_capacity(index))),
+            })
+            .collect();
+        Self {
+            shards,
+            config,
+            clock: Arc::new(SystemClock::new()),
+            observer: None,
+        }
+    }
+
+    /// Replaces the clock, for example with a
+    /// [`ManualClock`](crate::ManualClock) in tests. Call it before the first
+    /// check: stored deadlines are measured on the previous clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Installs an observer for admission, cleanup and capacity observations.
+    ///
+    /// Without one, the store reads no clock for timing and builds no
+    /// observations.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The configuration the store was built with.
+    #[must_use]
+    pub fn config(&self) -> &MemoryStoreConfig {
+        &self.config
+    }
+
+    /// Evaluates one check, consuming its cost if allowed.
+    ///
+    /// A denied check consumes nothing. A new key that does not fit its shard is
+    /// denied with [`Denial::StorageCapacity`], even for a shadow policy.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
+    pub fn check(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let key = StoreKey::new(&check.counter_key());
+        let shard_index = key.shard(self.shards.len());
+        let mut effects = Effects::default();
+        let result = self
+            .lock(shard_index)
+            .map(|mut table| self.check_locked(&mut table, shard_index, &key, check, &mut effects));
+        if let (Some(observer), Some(started)) = (&self.observer, started) {
+            let outcome = match &result {
+                Ok(decision) => decision_outcome(decision),
+                Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
+            };
+            self.report(
+                &**observer,
+                Operation::Check,
+                std::slice::from_ref(check),
+                outcome,
+                started,
+                &effects,
+            );
+        }
+        result
+    }
+
+    fn check_locked(
+        &self,
+        table: &mut Table<A::State>,
+        shard_index: usize,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        effects: &mut Effects,
+    ) -> Decision {
+        let now = table.advance(self.now_nanos());
+        let policy = check.policy();
+        let slot = table.find(key);
+        match A::evaluate(
+            policy,
+            slot.map(|slot| table.state(slot)),
+            check.cost(),
+            now,
+        ) {
+            Evaluation::Denied(denial) => quota_decision(policy.quota_mode(), denial),
+            Evaluation::Allowed { decision, next } => match slot {
+                Some(slot) => {
+                    table.set_state(slot, next);
+                    decision
+                }
+                None => {
+                    self.clean(table, self.config.cleanup_per_check(), now, &[], effects);
+                    let decision = if table.headroom() == 0 {
+                        Decision::denied(capacity_denial(table, now))
+                    } else {
+                        table.insert(*key, next, A::deadline(&next));
+                        decision
+                    };
+                    if self.observer.is_some() {
+                        effects.capacity.push(capacity_of(table, shard_index));
+                    }
+                    decision
+                }
+            },
+        }
+    }
+
+    /// Evaluates an atomic batch: every check is consumed, or none is.
+    ///
+    /// Allowed decisions keep input order. A denied or shadow-denied batch
+    /// consumes nothing. Shards are locked in ascending order and time is read
+    /// once for the whole batch.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::InvalidBatch`] for an empty or oversized batch,
+    /// duplicate keys or mixed quota modes;
+    /// [`MemoryStoreError::BatchExceedsShardCapacity`] when one shard could never
+    /// hold the batch's keys; [`MemoryStoreError::PoisonedShard`] when a targeted
+    /// shard is poisoned. None of them consumes quota.
+    pub fn check_all(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+    ) -> Result<BatchDecision, MemoryStoreError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let mut effects = Effects::default();
+        let result = self.check_all_inner(checks, &mut effects);
+        if let (Some(observer), Some(started)) = (&self.observer, started) {
+            let outcome = match &result {
+                Ok(batch) => batch_outcome(batch),
+                Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
+            };
+            self.report(
+                &**observer,
+                Operation::Batch,
+                checks,
+                outcome,
+                started,
+                &effects,
+            );
+        }
+        result
+    }
+
+    fn check_all_inner(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        effects: &mut Effects,
+    ) -> Result<BatchDecision, MemoryStoreError> {
+        validate_batch(checks, self.config.max_batch_size())?;
+        let shard_count = self.shards.len();
+        let keys: Vec<(StoreKey, usize)> = checks
+            .iter()
+            .map(|check| {
+                let key = StoreKey::new(&check.counter_key());
+                (key, key.shard(shard_count))
+            })
+            .collect();
+
+        let mut shard_indices: Vec<usize> = keys.iter().map(|&(_, shard)| shard).collect();
+        shard_indices.sort_unstable();
+        shard_indices.dedup();
+        for &shard_index in &shard_indices {
+            let key_count = keys
+                .iter()
+                .filter(|&&(_, shard)| shard == shard_index)
+                .count();
+            let capacity = self.config.shard_capacity(shard_index);
+            if key_count > capacity {
+                return Err(MemoryStoreError::BatchExceedsShardCapacity {
+                    shard_index,
+                    key_count,
+                    capacity,
+                });
+            }
+        }
+
+        // Ascending lock order keeps concurrent batches deadlock-free.
+        let mut guards = Vec::with_capacity(shard_indices.len());
+        for &shard_index in &shard_indices {
+            guards.push(self.lock(shard_index)?);
+        }
+        let table_of = |shard: usize| shard_indices.binary_search(&shard).unwrap_or(0);
+
+        let clock_now = self.now_nanos();
+        let now = guards
+            .iter()
+            .map(|table| table.last_now())
+            .fold(clock_now, u64::max);
+        for table in &mut guards {
+            table.advance(now);
+        }
+
+        // Preflight: decide every check against current state, changing nothing.
+        let mut slots: Vec<Option<SlotId>> = Vec::with_capacity(checks.len());
+        let mut nexts = Vec::with_capacity(checks.len());
+        let mut decisions = Vec::with_capacity(checks.len());
+        for (check, (key, shard)) in checks.iter().zip(&keys) {
+            let table = &guards[table_of(*shard)];
+            let slot = table.find(key);
+            slots.push(slot);
+            let policy = check.policy();
+            match A::evaluate(
+                policy,
+                slot.map(|slot| table.state(slot)),
+                check.cost(),
+                now,
+            ) {
+                Evaluation::Allowed { decision, next } => {
+                    decisions.push(decision);
+                    nexts.push(Some(next));
+                }
+                Evaluation::Denied(denial) => {
+                    decisions.push(quota_decision(policy.quota_mode(), denial));
+                    nexts.push(None);
+                }
+            }
+        }
+
+        // Room for new keys: each check brings its shard one cleanup allowance.
+        for (position, &shard_index) in shard_indices.iter().enumerate() {
+            let on_shard: Vec<usize> = (0..checks.len())
+                .filter(|&i| keys[i].1 == shard_index)
+                .collect();
+            let new_keys: Vec<usize> = on_shard
+                .iter()
+                .copied()
+                .filter(|&i| slots[i].is_none() && nexts[i].is_some())
+                .collect();
+            if new_keys.is_empty() {
+                continue;
+            }
+            let protected: Vec<SlotId> = on_shard.iter().filter_map(|&i| slots[i]).collect();
+            let table = &mut guards[position];
+            let allowance = self.config.cleanup_per_check() * on_shard.len();
+            self.clean(table, allowance, now, &protected, effects);
+            let mut headroom = table.headroom();
+            for index in new_keys {
+                if headroom == 0 {
+                    decisions[index] = Decision::denied(capacity_denial(table, now));
+                    nexts[index] = None;
+                } else {
+                    headroom -= 1;
+                }
+            }
+        }
+
+        let batch = BatchDecision::from_decisions(decisions);
+        if batch.is_allowed() {
+            for (index, next) in nexts.into_iter().enumerate() {
+                let (key, shard) = keys[index];
+                let table = &mut guards[table_of(shard)];
+                // Every check of an allowed batch has a next state.
+                let Some(next) = next else { continue };
+                match slots[index] {
+                    Some(slot) => table.set_state(slot, next),
+                    None => {
+                        table.insert(key, next, A::deadline(&next));
+                    }
+                }
+            }
+        }
+        if self.observer.is_some() {
+            for (table, &shard_index) in guards.iter().zip(&shard_indices) {
+                effects.capacity.push(capacity_of(table, shard_index));
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Statistics for every shard: entries (including expired entries not yet
+    /// removed), capacity, headroom and poisoning.
+    #[must_use]
+    pub fn stats(&self) -> MemoryStoreStats {
+        let shards: Vec<ShardStats> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(index, shard)| {
+                let (table, poisoned) = match shard.table.lock() {
+                    Ok(table) => (table, false),
+                    Err(poison) => (poison.into_inner(), true),
+                };
+                ShardStats {
+                    index,
+                    entries: table.len(),
+                    capacity: table.capacity(),
+                    poisoned,
+                }
+            })
+            .collect();
+        MemoryStoreStats {
+            entries: shards.iter().map(|shard| shard.entries).sum(),
+            capacity: self.config.max_keys(),
+            shards,
+        }
+    }
+
+    /// Forgets every counter, admitting requests that stored state would have
+    /// denied.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::PoisonedShard`] if any shard is poisoned; nothing is
+    /// cleared then. Use [`recover_poisoned`](Self::recover_poisoned) first.
+    pub fn clear(&self) -> Result<(), MemoryStoreError> {
+        let mut guards = Vec::with_capacity(self.shards.len());
+        for index in 0..self.shards.len() {
+            guards.push(self.lock(index)?);
+        }
+        for table in &mut guards {
+            table.clear();
+        }
+        Ok(())
+    }
+
+    /// Empties every poisoned shard, clears its poison and returns how many
+    /// shards were recovered. Healthy shards keep their counters.
+    ///
+    /// This is an explicit availability trade-off: resetting a shard's counters
+    /// can admit requests its lost state would have denied.
+    pub fn recover_poisoned(&self) -> usize {
+        let mut recovered = 0;
+        for shard in &self.shards {
+            if let Err(poison) = shard.table.lock() {
+                // Clear the poison while still holding the emptied shard, so no
+                // other operation can observe it half-recovered.
+                let mut table = poison.into_inner();
+                table.clear();
+                shard.table.clear_poison();
+                drop(table);
+                recovered += 1;
+            }
+        }
+        recovered
+    }
+
+    fn lock(
+        &self,
+        shard_index: usize,
+    ) -> Result<MutexGuard<'_, Table<A::State>>, MemoryStoreError> {
+        let mutex = &self.shards[shard_index].table;
+        // Uncontended locks take the fast path without touching the poison machinery
+        // twice.
+        match mutex.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::Poisoned(_)) => Err(MemoryStoreError::PoisonedShard { shard_index }),
+            Err(TryLockError::WouldBlock) => mutex
+                .lock()
+                .map_err(|_| MemoryStoreError::PoisonedShard { shard_index }),
+        }
+    }
+
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.clock.now().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn clean(
+        &self,
+        table: &mut Table<A::State>,
+        allowance: usize,
+        now: u64,
+        protected: &[SlotId],
+        effects: &mut Effects,
+    ) {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let removed = table.remove_expired(allowance, now, protected, A::deadline);
+        effects.removed += removed;
+        effects.cleanup_allowance += allowance;
+        if let Some(started) = started {
+            effects.cleanup_elapsed += started.elapsed();
+        }
+    }
+
+    fn report(
+        &self,
+        observer: &dyn Observer,
+        operation: Operation,
+        checks: &[Check<'_, A::Policy>],
+        (outcome, consumption, decisive_index): (AdmissionOutcome, Consumption, Option<usize>),
+        started: Instant,
+        effects: &Effects,
+    ) {
+        let elapsed = started.elapsed();
+        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
+        let admission = AdmissionObservation::new(
+            operation,
+            &labels,
+            decisive_index,
+            outcome,
+            consumption,
+            elapsed,
+        );
+        notify(observer, |observer| observer.on_admission(&admission));
+        if effects.removed > 0 {
+            let cleanup = CleanupObservation::new(
+                effects.cleanup_allowance as u64,
+                Some(effects.removed as u64),
+                effects.cleanup_elapsed,
+            );
+            notify(observer, |observer| observer.on_cleanup(&cleanup));
+        }
+        for capacity in &effects.capacity {
+            notify(observer, |observer| observer.on_capacity(capacity));
+        }
+    }
+}
+
+fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
+    match mode {
+        QuotaMode::Enforce => Decision::denied(denial),
+        // Quota denials are never storage-capacity denials, which shadow refuses.
+        QuotaMode::Shadow => {
+            Decision::shadow_denied(denial).unwrap_or_else(|_| Decision::denied(denial))
+        }
+    }
+}
+
+fn capacity_denial<S: Copy>(table: &Table<S>, now: u64) -> Denial {
+    Denial::StorageCapacity {
+        retry_after: table
+            .next_expiry_after(now)
+            .map(|deadline| Duration::from_nanos(deadline - now)),
+    }
+}
+
+fn capacity_of<S: Copy>(table: &Table<S>, shard_index: usize) -> CapacityObservation {
+    CapacityObservation::new(
+        table.len() as u64,
+        table.capacity() as u64,
+        Some(shard_index),
+    )
+}
+
+fn decision_outcome(decision: &Decision) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    match decision.denial() {
+        None => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
+        Some(denial) => (
+            denial_outcome(decision.is_shadow_denied(), denial),
+            Consumption::NotConsumed,
+            Some(0),
+        ),
+    }
+}
+
+fn batch_outcome(batch: &BatchDecision) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    match batch {
+        BatchDecision::ShadowDenied { index, denial } => (
+            denial_outcome(true, denial),
+            Consumption::NotConsumed,
+            Some(*index),
+        ),
+        BatchDecision::Denied { index, denial } => (
+            denial_outcome(false, denial),
+            Consumption::NotConsumed,
+            Some(*index),
+        ),
+        _ => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
+    }
+}
+
+fn denial_outcome(shadow: bool, denial: &Denial) -> AdmissionOutcome {
+    if denial.is_storage_capacity() {
+        AdmissionOutcome::CapacityDenied
+    } else if shadow {
+        AdmissionOutcome::ShadowDenied
+    } else {
+        AdmissionOutcome::QuotaDenied
+    }
+}
+
+impl<A: Algorithm> fmt::Debug for Store<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("algorithm", &std::any::type_name::<A>())
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm> Limiter for Store<A>
+where
+    A::Policy: Policy,
+{
+    type Policy = A::Policy;
+    type Error = MemoryStoreError;
+
+    /// Runs [`Store::check`] when first polled.
+    async fn check(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        Store::check(self, check)
+    }
+
+    /// Runs [`Store::check_all`] when first polled.
+    async fn check_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<BatchDecision, Self::Error> {
+        Store::check_all(self, checks)
+    }
+}

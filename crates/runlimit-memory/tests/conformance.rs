@@ -1,0 +1,42 @@
+//! The shared behaviour suite, run against both memory stores.
+
+use std::time::Duration;
+
+use runlimit_conformance::{TimeControl, fixed_window_suite, gcra_suite};
+use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig};
+
+struct Manual(ManualClock);
+
+impl TimeControl for Manual {
+    async fn advance(&self, by: Duration) {
+        self.0.advance(by);
+    }
+}
+
+fn config() -> MemoryStoreConfig {
+    MemoryStoreConfig::new(1_000)
+        .and_then(|config| config.with_shard_count(4))
+        .expect("valid config")
+}
+
+#[tokio::test]
+async fn memory_store_passes_the_fixed_window_suite() {
+    let clock = ManualClock::new();
+    let store = MemoryStore::new(config()).with_clock(clock.clone());
+    fixed_window_suite(&store, &Manual(clock)).await;
+}
+
+#[tokio::test]
+async fn single_shard_memory_store_passes_the_fixed_window_suite() {
+    let clock = ManualClock::new();
+    let store =
+        MemoryStore::new(MemoryStoreConfig::new(64).expect("valid")).with_clock(clock.clone());
+    fixed_window_suite(&store, &Manual(clock)).await;
+}
+
+#[tokio::test]
+async fn gcra_store_passes_the_gcra_suite() {
+    let clock = ManualClock::new();
+    let store = GcraStore::new(config()).with_clock(clock.clone());
+    gcra_suite(&store, &Manual(clock)).await;
+}
