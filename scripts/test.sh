@@ -103,8 +103,15 @@ external_target_dir="${CARGO_TARGET_DIR:-target}/external-consumer"
 step "cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir $external_target_dir"
 cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir "$external_target_dir"
 
-# The demo is added by a later change; run it only once it is present and
-# executable, so this script works both before and after that lands.
+# The README's complete programs must also behave as written, not just compile.
+step "run the README examples in smoke/external-consumer"
+RUNLIMIT_KEY_SECRET="smoke-test secret of at least 32 bytes" \
+    cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin memory_backend
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin gcra
+
+# The demo that README's first command runs.
 if [[ -f scripts/run-demo.sh && -x scripts/run-demo.sh ]]; then
     step "scripts/run-demo.sh"
     scripts/run-demo.sh

@@ -57,6 +57,7 @@ pub struct Check<'a, P: ?Sized> {
 
 impl<'a, P: Policy + ?Sized> Check<'a, P> {
     /// A check of cost 1.
+    #[inline]
     #[must_use]
     pub fn new(policy: &'a P, subject: SubjectKey) -> Self {
         Self {
@@ -73,6 +74,7 @@ impl<'a, P: Policy + ?Sized> Check<'a, P> {
     /// [`CostError::OutOfRange`] unless `1 <= cost <= policy.capacity()`: a
     /// larger cost could never be admitted, so it is a caller error rather than a
     /// denial.
+    #[inline]
     pub fn weighted(policy: &'a P, subject: SubjectKey, cost: u64) -> Result<Self, CostError> {
         let capacity = policy.capacity();
         if cost == 0 || cost > capacity {
@@ -86,24 +88,28 @@ impl<'a, P: Policy + ?Sized> Check<'a, P> {
     }
 
     /// The policy being checked.
+    #[inline]
     #[must_use]
     pub fn policy(&self) -> &'a P {
         self.policy
     }
 
     /// The subject key.
+    #[inline]
     #[must_use]
     pub fn subject(&self) -> &SubjectKey {
         &self.subject
     }
 
     /// Units this check consumes when allowed.
+    #[inline]
     #[must_use]
     pub fn cost(&self) -> u64 {
         self.cost
     }
 
     /// The key the backend stores this check's counter under.
+    #[inline]
     #[must_use]
     pub fn counter_key(&self) -> CounterKey {
         CounterKey::new(*self.policy.fingerprint(), self.subject)

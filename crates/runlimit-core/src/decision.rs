@@ -29,6 +29,7 @@ pub enum Denial {
 
 impl Denial {
     /// How long until the same check might be admitted, if known.
+    #[inline]
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -49,18 +50,21 @@ impl Denial {
     /// let denial = Denial::QuotaExceeded { capacity: 8, retry_after: Duration::from_secs(2) };
     /// assert_eq!(denial.retry_after_seconds(), Some(2));
     /// ```
+    #[inline]
     #[must_use]
     pub fn retry_after_seconds(&self) -> Option<u64> {
         self.retry_after().map(ceil_seconds)
     }
 
     /// Whether this is [`Denial::QuotaExceeded`].
+    #[inline]
     #[must_use]
     pub fn is_quota_exceeded(&self) -> bool {
         matches!(self, Self::QuotaExceeded { .. })
     }
 
     /// Whether this is [`Denial::StorageCapacity`].
+    #[inline]
     #[must_use]
     pub fn is_storage_capacity(&self) -> bool {
         matches!(self, Self::StorageCapacity { .. })
@@ -175,6 +179,7 @@ impl Decision {
     ///
     /// [`DecisionError::CapacityOutOfRange`] unless `1 <= limit <= MAX_LIMIT`;
     /// [`DecisionError::RemainingAboveLimit`] if `remaining > limit`.
+    #[inline]
     pub fn allowed(
         limit: u64,
         remaining: u64,
@@ -194,6 +199,7 @@ impl Decision {
     }
 
     /// An enforced denial.
+    #[inline]
     #[must_use]
     pub fn denied(denial: Denial) -> Self {
         Self(Outcome::Denied(denial))
@@ -205,6 +211,7 @@ impl Decision {
     ///
     /// [`DecisionError::ShadowStorageCapacity`] for a
     /// [`Denial::StorageCapacity`], which always fails closed.
+    #[inline]
     pub fn shadow_denied(denial: Denial) -> Result<Self, DecisionError> {
         if denial.is_storage_capacity() {
             return Err(DecisionError::ShadowStorageCapacity);
@@ -213,6 +220,7 @@ impl Decision {
     }
 
     /// Which outcome this is.
+    #[inline]
     #[must_use]
     pub fn kind(&self) -> DecisionKind {
         match self.0 {
@@ -224,6 +232,7 @@ impl Decision {
 
     /// Whether the application should serve the request: true when allowed and
     /// when shadow-denied.
+    #[inline]
     #[must_use]
     pub fn permits_request(&self) -> bool {
         !matches!(self.0, Outcome::Denied(_))
@@ -231,30 +240,35 @@ impl Decision {
 
     /// Whether the quota refused the check, enforced or not: true when denied and
     /// when shadow-denied.
+    #[inline]
     #[must_use]
     pub fn would_deny(&self) -> bool {
         !matches!(self.0, Outcome::Allowed { .. })
     }
 
     /// Whether the check was within quota (never true for a shadow denial).
+    #[inline]
     #[must_use]
     pub fn is_allowed(&self) -> bool {
         matches!(self.0, Outcome::Allowed { .. })
     }
 
     /// Whether the check was refused and the request must not be served.
+    #[inline]
     #[must_use]
     pub fn is_denied(&self) -> bool {
         matches!(self.0, Outcome::Denied(_))
     }
 
     /// Whether a shadow policy would have refused the check.
+    #[inline]
     #[must_use]
     pub fn is_shadow_denied(&self) -> bool {
         matches!(self.0, Outcome::ShadowDenied(_))
     }
 
     /// The denial, for denied and shadow-denied decisions.
+    #[inline]
     #[must_use]
     pub fn denial(&self) -> Option<&Denial> {
         match &self.0 {
@@ -265,6 +279,7 @@ impl Decision {
 
     /// The policy limit (fixed window) or burst capacity (GCRA) of an allowed
     /// decision.
+    #[inline]
     #[must_use]
     pub fn limit(&self) -> Option<u64> {
         match self.0 {
@@ -274,6 +289,7 @@ impl Decision {
     }
 
     /// Units still available after an allowed decision.
+    #[inline]
     #[must_use]
     pub fn remaining(&self) -> Option<u64> {
         match self.0 {
@@ -284,6 +300,7 @@ impl Decision {
 
     /// After an allowed decision, how long until the quota is fully available
     /// again: the end of the fixed window, or the GCRA full replenishment.
+    #[inline]
     #[must_use]
     pub fn reset_after(&self) -> Option<Duration> {
         match self.0 {
@@ -294,6 +311,7 @@ impl Decision {
 
     /// For denied and shadow-denied decisions, how long until the same check might
     /// be admitted, if known.
+    #[inline]
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         self.denial().and_then(Denial::retry_after)
@@ -301,6 +319,7 @@ impl Decision {
 
     /// [`retry_after`](Self::retry_after) rounded up to whole seconds; whole
     /// seconds stay as they are.
+    #[inline]
     #[must_use]
     pub fn retry_after_seconds(&self) -> Option<u64> {
         self.retry_after().map(ceil_seconds)
@@ -342,6 +361,7 @@ impl BatchDecision {
     /// Returns `Allowed` with the same decisions when all are allowed; otherwise
     /// the first storage-capacity denial, or else the first quota denial, in input
     /// order.
+    #[inline]
     #[must_use]
     pub fn from_decisions(decisions: Vec<Decision>) -> Self {
         let mut first_quota = None;
@@ -364,24 +384,28 @@ impl BatchDecision {
 
     /// Whether the application should serve the request: true when allowed and
     /// when shadow-denied.
+    #[inline]
     #[must_use]
     pub fn permits_request(&self) -> bool {
         !matches!(self, Self::Denied { .. })
     }
 
     /// Whether some check's quota refused it, enforced or not.
+    #[inline]
     #[must_use]
     pub fn would_deny(&self) -> bool {
         !matches!(self, Self::Allowed(_))
     }
 
     /// Whether every check was within quota (never true for a shadow denial).
+    #[inline]
     #[must_use]
     pub fn is_allowed(&self) -> bool {
         matches!(self, Self::Allowed(_))
     }
 
     /// The allowed decisions, in input order.
+    #[inline]
     #[must_use]
     pub fn decisions(&self) -> Option<&[Decision]> {
         match self {
@@ -391,6 +415,7 @@ impl BatchDecision {
     }
 
     /// The failing check's index and denial, for denied and shadow-denied batches.
+    #[inline]
     #[must_use]
     pub fn denial(&self) -> Option<(usize, &Denial)> {
         match self {
@@ -403,12 +428,14 @@ impl BatchDecision {
 
     /// For denied and shadow-denied batches, how long until the batch might be
     /// admitted, if known.
+    #[inline]
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         self.denial().and_then(|(_, denial)| denial.retry_after())
     }
 
     /// [`retry_after`](Self::retry_after) rounded up to whole seconds.
+    #[inline]
     #[must_use]
     pub fn retry_after_seconds(&self) -> Option<u64> {
         self.retry_after().map(ceil_seconds)

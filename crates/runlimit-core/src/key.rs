@@ -146,12 +146,14 @@ impl SubjectKey {
     ///
     /// Prefer [`KeyHasher`]; if you derive keys yourself, use a keyed hash of the
     /// normalized subject so storage never holds guessable values.
+    #[inline]
     #[must_use]
     pub const fn from_digest(digest: [u8; 32]) -> Self {
         Self(digest)
     }
 
     /// The key bytes, for backends that store them.
+    #[inline]
     #[must_use]
     pub const fn as_bytes(&self) -> &[u8; 32] {
         &self.0
@@ -176,6 +178,7 @@ pub struct CounterKey {
 
 impl CounterKey {
     /// Combines a policy fingerprint and a subject key.
+    #[inline]
     #[must_use]
     pub const fn new(fingerprint: PolicyFingerprint, subject: SubjectKey) -> Self {
         Self {
@@ -185,18 +188,21 @@ impl CounterKey {
     }
 
     /// The policy fingerprint.
+    #[inline]
     #[must_use]
     pub const fn fingerprint(&self) -> &PolicyFingerprint {
         &self.fingerprint
     }
 
     /// The subject key.
+    #[inline]
     #[must_use]
     pub const fn subject(&self) -> &SubjectKey {
         &self.subject
     }
 
     /// The 64 bytes `fingerprint ‖ subject`, for backends that store one binary key.
+    #[inline]
     #[must_use]
     pub fn to_bytes(&self) -> [u8; 64] {
         let mut bytes = [0; 64];

@@ -67,6 +67,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// A stable lowercase name, suitable for metric labels.
+    #[inline]
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -217,6 +218,7 @@ impl PolicyFingerprint {
     }
 
     /// The 32 digest bytes.
+    #[inline]
     #[must_use]
     pub const fn as_bytes(&self) -> &[u8; 32] {
         &self.0
@@ -320,6 +322,7 @@ impl FixedWindowPolicy {
 
     /// Returns the policy with `quota_mode`; the fingerprint, and so every stored
     /// counter, stays the same.
+    #[inline]
     #[must_use]
     pub fn with_quota_mode(mut self, quota_mode: QuotaMode) -> Self {
         self.quota_mode = quota_mode;
@@ -327,42 +330,49 @@ impl FixedWindowPolicy {
     }
 
     /// The policy identifier.
+    #[inline]
     #[must_use]
     pub fn id(&self) -> &PolicyId {
         &self.id
     }
 
     /// The scope identifier.
+    #[inline]
     #[must_use]
     pub fn scope(&self) -> &ScopeId {
         &self.scope
     }
 
     /// Units admitted per window.
+    #[inline]
     #[must_use]
     pub fn limit(&self) -> u64 {
         self.limit
     }
 
     /// The window length.
+    #[inline]
     #[must_use]
     pub fn window(&self) -> Duration {
         self.window
     }
 
     /// The window length in whole milliseconds.
+    #[inline]
     #[must_use]
     pub fn window_millis(&self) -> u64 {
         self.window_ms
     }
 
     /// Whether quota exhaustion is enforced or only reported.
+    #[inline]
     #[must_use]
     pub fn quota_mode(&self) -> QuotaMode {
         self.quota_mode
     }
 
     /// The digest that keys this policy's counters.
+    #[inline]
     #[must_use]
     pub fn fingerprint(&self) -> &PolicyFingerprint {
         &self.fingerprint
@@ -384,21 +394,27 @@ impl fmt::Debug for FixedWindowPolicy {
 impl sealed::Sealed for FixedWindowPolicy {}
 
 impl Policy for FixedWindowPolicy {
+    #[inline]
     fn algorithm(&self) -> Algorithm {
         Algorithm::FixedWindow
     }
+    #[inline]
     fn id(&self) -> &PolicyId {
         &self.id
     }
+    #[inline]
     fn scope(&self) -> &ScopeId {
         &self.scope
     }
+    #[inline]
     fn quota_mode(&self) -> QuotaMode {
         self.quota_mode
     }
+    #[inline]
     fn fingerprint(&self) -> &PolicyFingerprint {
         &self.fingerprint
     }
+    #[inline]
     fn capacity(&self) -> u64 {
         self.limit
     }
@@ -440,8 +456,34 @@ pub struct GcraPolicy {
     period_ms: u64,
     burst_capacity: u64,
     full_replenishment: Duration,
+    emission_interval: ExactNanos,
+    burst_tolerance: ExactNanos,
     quota_mode: QuotaMode,
     fingerprint: PolicyFingerprint,
+}
+
+/// A duration of `nanos + remainder / quota` nanoseconds, exact for any GCRA
+/// quota: see [`GcraPolicy::emission_interval_nanos`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExactNanos {
+    /// Whole nanoseconds.
+    pub nanos: u64,
+    /// The fraction of a nanosecond, in units of `1 / quota`; below the quota.
+    pub remainder: u64,
+}
+
+impl ExactNanos {
+    /// `factor × nanos / quota` nanoseconds, computed exactly in 128 bits.
+    fn ratio(factor: u64, nanos: u64, quota: u64) -> Self {
+        let product = u128::from(factor) * u128::from(nanos);
+        let quota = u128::from(quota);
+        Self {
+            // Callers bound the quotient by MAX_WINDOW in nanoseconds (3.2e16).
+            nanos: u64::try_from(product / quota).unwrap_or(u64::MAX),
+            // Below quota <= MAX_LIMIT.
+            remainder: u64::try_from(product % quota).unwrap_or(0),
+        }
+    }
 }
 
 impl GcraPolicy {
@@ -483,6 +525,7 @@ impl GcraPolicy {
             &scope,
             &[quota, period_ms, burst_capacity],
         );
+        let period_nanos = period_ms * 1_000_000;
         Ok(Self {
             id,
             scope,
@@ -491,6 +534,8 @@ impl GcraPolicy {
             period_ms,
             burst_capacity,
             full_replenishment,
+            emission_interval: ExactNanos::ratio(1, period_nanos, quota),
+            burst_tolerance: ExactNanos::ratio(burst_capacity, period_nanos, quota),
             quota_mode: QuotaMode::Enforce,
             fingerprint,
         })
@@ -498,6 +543,7 @@ impl GcraPolicy {
 
     /// Returns the policy with `quota_mode`; the fingerprint, and so every stored
     /// counter, stays the same.
+    #[inline]
     #[must_use]
     pub fn with_quota_mode(mut self, quota_mode: QuotaMode) -> Self {
         self.quota_mode = quota_mode;
@@ -505,36 +551,42 @@ impl GcraPolicy {
     }
 
     /// The policy identifier.
+    #[inline]
     #[must_use]
     pub fn id(&self) -> &PolicyId {
         &self.id
     }
 
     /// The scope identifier.
+    #[inline]
     #[must_use]
     pub fn scope(&self) -> &ScopeId {
         &self.scope
     }
 
     /// Units replenished per [`period`](Self::period).
+    #[inline]
     #[must_use]
     pub fn quota(&self) -> u64 {
         self.quota
     }
 
     /// The replenishment period.
+    #[inline]
     #[must_use]
     pub fn period(&self) -> Duration {
         self.period
     }
 
     /// The replenishment period in whole milliseconds.
+    #[inline]
     #[must_use]
     pub fn period_millis(&self) -> u64 {
         self.period_ms
     }
 
     /// The most units available at once.
+    #[inline]
     #[must_use]
     pub fn burst_capacity(&self) -> u64 {
         self.burst_capacity
@@ -542,18 +594,46 @@ impl GcraPolicy {
 
     /// How long an exhausted subject takes to regain its full burst:
     /// `burst_capacity × period / quota`, rounded up to whole milliseconds.
+    #[inline]
     #[must_use]
     pub fn full_replenishment(&self) -> Duration {
         self.full_replenishment
     }
 
+    /// The time one unit takes to replenish, `period / quota`, exactly: whole
+    /// nanoseconds plus a remainder in units of `1 / quota` nanosecond.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use runlimit_core::{GcraPolicy, PolicyId, ScopeId, policy::ExactNanos};
+    /// let policy = GcraPolicy::new(PolicyId::new("p")?, ScopeId::new("s")?, 3, Duration::from_millis(1), 1)?;
+    /// // 1 ms / 3 = 333_333 ns + 1/3 ns.
+    /// assert_eq!(policy.emission_interval_nanos(), ExactNanos { nanos: 333_333, remainder: 1 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn emission_interval_nanos(&self) -> ExactNanos {
+        self.emission_interval
+    }
+
+    /// The burst tolerance, `burst_capacity × period / quota`, exactly, in the
+    /// same form as [`emission_interval_nanos`](Self::emission_interval_nanos).
+    #[inline]
+    #[must_use]
+    pub fn burst_tolerance_nanos(&self) -> ExactNanos {
+        self.burst_tolerance
+    }
+
     /// Whether quota exhaustion is enforced or only reported.
+    #[inline]
     #[must_use]
     pub fn quota_mode(&self) -> QuotaMode {
         self.quota_mode
     }
 
     /// The digest that keys this policy's counters.
+    #[inline]
     #[must_use]
     pub fn fingerprint(&self) -> &PolicyFingerprint {
         &self.fingerprint
@@ -576,21 +656,27 @@ impl fmt::Debug for GcraPolicy {
 impl sealed::Sealed for GcraPolicy {}
 
 impl Policy for GcraPolicy {
+    #[inline]
     fn algorithm(&self) -> Algorithm {
         Algorithm::Gcra
     }
+    #[inline]
     fn id(&self) -> &PolicyId {
         &self.id
     }
+    #[inline]
     fn scope(&self) -> &ScopeId {
         &self.scope
     }
+    #[inline]
     fn quota_mode(&self) -> QuotaMode {
         self.quota_mode
     }
+    #[inline]
     fn fingerprint(&self) -> &PolicyFingerprint {
         &self.fingerprint
     }
+    #[inline]
     fn capacity(&self) -> u64 {
         self.burst_capacity
     }

@@ -15,7 +15,9 @@ use std::{
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId, SubjectKey,
+};
 use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
 
 const RANDOM_KEYS: usize = 100_000;
@@ -84,15 +86,34 @@ fn hot_key(c: &mut Criterion) {
     let store = MemoryStore::new(MemoryStoreConfig::new(50_000).expect("valid"));
     let key = subject(1);
     group.bench_function("runlimit_fixed_window", |b| {
-        b.iter(|| black_box(store.check(&Check::new(&policy, black_box(key))).expect("ok")));
+        b.iter(|| {
+            black_box(
+                store
+                    .check(&Check::new(&policy, black_box(key)))
+                    .expect("ok"),
+            )
+        });
     });
     let gcra = gcra_policy();
     let gcra_store = GcraStore::new(MemoryStoreConfig::new(50_000).expect("valid"));
     group.bench_function("runlimit_gcra", |b| {
-        b.iter(|| black_box(gcra_store.check(&Check::new(&gcra, black_box(key))).expect("ok")));
+        b.iter(|| {
+            black_box(
+                gcra_store
+                    .check(&Check::new(&gcra, black_box(key)))
+                    .expect("ok"),
+            )
+        });
+    });
+    // Governor keyed by the same 32-byte digest the application would use as
+    // its key, and by a bare u64 as a lower bound for what hashing costs it.
+    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+    let digest = *key.as_bytes();
+    group.bench_function("governor_keyed_digest", |b| {
+        b.iter(|| black_box(governor.check_key(black_box(&digest))));
     });
     let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-    group.bench_function("governor_keyed", |b| {
+    group.bench_function("governor_keyed_u64", |b| {
         b.iter(|| black_box(governor.check_key(&black_box(1u64))));
     });
     group.finish();
@@ -117,10 +138,20 @@ fn random_keys(c: &mut Criterion) {
         });
     });
     let governor = RateLimiter::keyed(governor_quota());
+    for key in &keys {
+        let _ = governor.check_key(key.as_bytes());
+    }
+    group.bench_function("governor_keyed_digest", |b| {
+        b.iter(|| {
+            position = (position + 1) % SEQUENCE;
+            black_box(governor.check_key(keys[indices[position]].as_bytes()))
+        });
+    });
+    let governor = RateLimiter::keyed(governor_quota());
     for index in 0..RANDOM_KEYS as u64 {
         let _ = governor.check_key(&index);
     }
-    group.bench_function("governor_keyed", |b| {
+    group.bench_function("governor_keyed_u64", |b| {
         b.iter(|| {
             position = (position + 1) % SEQUENCE;
             black_box(governor.check_key(&(indices[position] as u64)))
@@ -134,7 +165,10 @@ fn batch(c: &mut Criterion) {
     let client = fixed_policy("client");
     let identity = fixed_policy("identity");
     let store = MemoryStore::new(MemoryStoreConfig::new(50_000).expect("valid"));
-    let checks = [Check::new(&client, subject(1)), Check::new(&identity, subject(2))];
+    let checks = [
+        Check::new(&client, subject(1)),
+        Check::new(&identity, subject(2)),
+    ];
     group.bench_function("two_single_checks", |b| {
         b.iter(|| {
             black_box(store.check(black_box(&checks[0])).expect("ok"));
@@ -149,11 +183,17 @@ fn batch(c: &mut Criterion) {
 
 /// Aggregate throughput of `threads` threads, each running `per_thread` checks
 /// over 100k keys in a 64-shard store.
-fn run_threads(store: &Arc<GcraStore>, keys: &Arc<Vec<SubjectKey>>, threads: usize, per_thread: u64) -> Duration {
+fn run_threads(
+    store: &Arc<GcraStore>,
+    keys: &Arc<Vec<SubjectKey>>,
+    threads: usize,
+    per_thread: u64,
+) -> Duration {
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|thread| {
-            let (store, keys, barrier) = (Arc::clone(store), Arc::clone(keys), Arc::clone(&barrier));
+            let (store, keys, barrier) =
+                (Arc::clone(store), Arc::clone(keys), Arc::clone(&barrier));
             thread::spawn(move || {
                 let policy = gcra_policy();
                 let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
@@ -189,9 +229,13 @@ fn scaling(c: &mut Criterion) {
     }
     for threads in [1usize, 2] {
         group.throughput(Throughput::Elements(threads as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(threads), &threads, |b, &threads| {
-            b.iter_custom(|iterations| run_threads(&store, &keys, threads, iterations));
-        });
+        group.bench_with_input(
+            BenchmarkId::from_parameter(threads),
+            &threads,
+            |b, &threads| {
+                b.iter_custom(|iterations| run_threads(&store, &keys, threads, iterations));
+            },
+        );
     }
     group.finish();
 }

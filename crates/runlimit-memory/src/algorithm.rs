@@ -8,7 +8,7 @@
 
 use std::{fmt, time::Duration};
 
-use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy};
+use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy, policy::ExactNanos};
 
 const NANOS_PER_MILLI: u64 = 1_000_000;
 
@@ -87,6 +87,7 @@ impl Engine for FixedWindow {
     type State = WindowState;
     type Policy = FixedWindowPolicy;
 
+    #[inline]
     fn evaluate(
         policy: &FixedWindowPolicy,
         state: Option<WindowState>,
@@ -133,22 +134,24 @@ struct Scaled {
 }
 
 impl Scaled {
-    /// `factor × nanos / quota` nanoseconds, exactly.
-    fn ratio(factor: u64, nanos: u64, quota: u64) -> Self {
-        // The common case fits u64, whose division is several times cheaper.
-        if let Some(product) = factor.checked_mul(nanos) {
-            return Self {
-                nanos: product / quota,
-                rem: product % quota,
-            };
-        }
-        let product = u128::from(factor) * u128::from(nanos);
-        let quota = u128::from(quota);
+    fn from_exact(exact: ExactNanos) -> Self {
         Self {
-            // Policies bound the quotient by MAX_WINDOW in nanoseconds (3.2e16).
-            nanos: u64::try_from(product / quota).unwrap_or(u64::MAX),
-            // Below quota <= MAX_LIMIT.
-            rem: u64::try_from(product % quota).unwrap_or(0),
+            nanos: exact.nanos,
+            rem: exact.remainder,
+        }
+    }
+
+    /// `factor` times this duration, exactly.
+    fn times(self, factor: u64, quota: u64) -> Self {
+        if factor == 1 {
+            return self;
+        }
+        // factor × rem < MAX_LIMIT² = 1e18 fits u64; factor × nanos is at most the
+        // burst tolerance, below MAX_WINDOW in nanoseconds.
+        let rem = factor * self.rem;
+        Self {
+            nanos: factor * self.nanos + rem / quota,
+            rem: rem % quota,
         }
     }
 
@@ -200,6 +203,7 @@ impl Engine for Gcra {
     type State = GcraState;
     type Policy = GcraPolicy;
 
+    #[inline]
     fn evaluate(
         policy: &GcraPolicy,
         state: Option<GcraState>,
@@ -210,9 +214,9 @@ impl Engine for Gcra {
         let period = millis_to_nanos(policy.period_millis());
         let now = Scaled { nanos: now, rem: 0 };
         // Each unit costs period / quota; the burst tolerance is
-        // burst × period / quota. Products are formed in u128 and reduced at once.
-        let increment = Scaled::ratio(cost, period, quota);
-        let tolerance = Scaled::ratio(policy.burst_capacity(), period, quota);
+        // burst × period / quota. The policy holds both exactly.
+        let increment = Scaled::from_exact(policy.emission_interval_nanos()).times(cost, quota);
+        let tolerance = Scaled::from_exact(policy.burst_tolerance_nanos());
         let start = state.map_or(now, |state| state.tat.max(now));
         let tat = start.add(increment, quota);
         let ahead = tat.sub(now, quota);
@@ -278,7 +282,11 @@ mod tests {
     #[test]
     fn scaled_arithmetic_carries_and_borrows() {
         let quota = 3;
-        let a = Scaled::ratio(5, 1, quota); // 1 + 2/3
+        let a = Scaled { nanos: 1, rem: 2 }; // 1 + 2/3
+        assert_eq!(
+            Scaled { nanos: 0, rem: 2 }.times(4, quota),
+            Scaled { nanos: 2, rem: 2 }
+        );
         assert_eq!(a, Scaled { nanos: 1, rem: 2 });
         assert_eq!(a.add(a, quota), Scaled { nanos: 3, rem: 1 });
         assert_eq!(
@@ -324,8 +332,13 @@ mod tests {
         // 1/3 ns short; rounded up to one whole millisecond.
         assert_eq!(denied.retry_after(), Some(Duration::from_millis(1)));
         assert!(run(&policy, &mut state, 1, 333_334).is_allowed());
-        // After three units, exactly 1 ms has been consumed: no drift.
-        assert!(run(&policy, &mut state, 1, 666_667).is_allowed());
+
+        // Three units of 333_333⅓ ns add up to exactly 1 ms: no drift.
+        let policy = gcra(3, 1, 3);
+        let mut state = None;
+        for _ in 0..3 {
+            assert!(run(&policy, &mut state, 1, 0).is_allowed());
+        }
         assert_eq!(state.map(|s| s.tat), Some(Scaled { nanos: MS, rem: 0 }));
     }
 

@@ -6,7 +6,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// A monotonic time source for the memory stores.
@@ -29,19 +29,27 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 }
 
-/// The default clock: [`Instant`] since the clock was created.
-#[derive(Debug, Clone, Copy)]
+/// The default clock: the CPU's time-stamp counter, calibrated against the
+/// operating system's monotonic clock.
+///
+/// Reading the OS clock costs more than the rest of a hot-key check, so this
+/// clock uses [`quanta`], which reads an invariant TSC where the CPU has one
+/// and falls back to the OS monotonic clock where it does not. Counters that
+/// differ slightly between cores are harmless: each shard never lets time move
+/// backwards.
+#[derive(Debug, Clone)]
 pub struct SystemClock {
-    origin: Instant,
+    clock: quanta::Clock,
+    origin: quanta::Instant,
 }
 
 impl SystemClock {
     /// A clock whose origin is now.
     #[must_use]
     pub fn new() -> Self {
-        Self {
-            origin: Instant::now(),
-        }
+        let clock = quanta::Clock::new();
+        let origin = clock.now();
+        Self { clock, origin }
     }
 }
 
@@ -53,7 +61,7 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        self.origin.elapsed()
+        self.clock.now().duration_since(self.origin)
     }
 }
 

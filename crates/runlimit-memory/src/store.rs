@@ -7,6 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use smallvec::SmallVec;
+
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, CapacityObservation, Check,
     CleanupObservation, Consumption, Decision, Denial, Limiter, Observer, Operation, Policy,
@@ -39,6 +41,19 @@ pub struct Store<A: Algorithm> {
     config: MemoryStoreConfig,
     clock: Arc<dyn Clock>,
     observer: Option<Arc<dyn Observer>>,
+}
+
+/// Batches up to this size keep their working state on the stack.
+const INLINE_BATCH: usize = 4;
+
+/// One check of a batch while it is being decided.
+struct Item<S> {
+    key: StoreKey,
+    shard: usize,
+    /// Where the key is stored, if it is.
+    slot: Option<SlotId>,
+    /// The state to store if the batch is allowed; `None` when this check is denied.
+    next: Option<S>,
 }
 
 /// What a locked operation did that observers may want to hear about.
@@ -209,21 +224,28 @@ impl<A: Algorithm> Store<A> {
     ) -> Result<BatchDecision, MemoryStoreError> {
         validate_batch(checks, self.config.max_batch_size())?;
         let shard_count = self.shards.len();
-        let keys: Vec<(StoreKey, usize)> = checks
-            .iter()
-            .map(|check| {
-                let key = StoreKey::new(&check.counter_key());
-                (key, key.shard(shard_count))
-            })
-            .collect();
-
-        let mut shard_indices: Vec<usize> = keys.iter().map(|&(_, shard)| shard).collect();
+        // Built by pushing in place: collecting into a SmallVec moves it afterwards.
+        let mut items: SmallVec<[Item<A::State>; INLINE_BATCH]> = SmallVec::new();
+        let mut shard_indices: SmallVec<[usize; INLINE_BATCH]> = SmallVec::new();
+        for check in checks {
+            let key = StoreKey::new(&check.counter_key());
+            let shard = key.shard(shard_count);
+            items.push(Item {
+                key,
+                shard,
+                slot: None,
+                next: None,
+            });
+            if !shard_indices.contains(&shard) {
+                shard_indices.push(shard);
+            }
+        }
         shard_indices.sort_unstable();
-        shard_indices.dedup();
         for &shard_index in &shard_indices {
-            let key_count = keys
+            // Keys are distinct (validated), so this counts distinct keys.
+            let key_count = items
                 .iter()
-                .filter(|&&(_, shard)| shard == shard_index)
+                .filter(|item| item.shard == shard_index)
                 .count();
             let capacity = self.config.shard_capacity(shard_index);
             if key_count > capacity {
@@ -236,12 +258,21 @@ impl<A: Algorithm> Store<A> {
         }
 
         // Ascending lock order keeps concurrent batches deadlock-free.
-        let mut guards = Vec::with_capacity(shard_indices.len());
+        let mut guards: SmallVec<[MutexGuard<'_, Table<A::State>>; INLINE_BATCH]> =
+            SmallVec::with_capacity(shard_indices.len());
         for &shard_index in &shard_indices {
             guards.push(self.lock(shard_index)?);
         }
-        let table_of = |shard: usize| shard_indices.binary_search(&shard).unwrap_or(0);
+        let single_shard = shard_indices.len() == 1;
+        let position_of = |shard: usize| {
+            if single_shard {
+                0
+            } else {
+                shard_indices.binary_search(&shard).unwrap_or(0)
+            }
+        };
 
+        // One time for the whole batch, never earlier than any involved shard's.
         let clock_now = self.now_nanos();
         let now = guards
             .iter()
@@ -252,53 +283,56 @@ impl<A: Algorithm> Store<A> {
         }
 
         // Preflight: decide every check against current state, changing nothing.
-        let mut slots: Vec<Option<SlotId>> = Vec::with_capacity(checks.len());
-        let mut nexts = Vec::with_capacity(checks.len());
         let mut decisions = Vec::with_capacity(checks.len());
-        for (check, (key, shard)) in checks.iter().zip(&keys) {
-            let table = &guards[table_of(*shard)];
-            let slot = table.find(key);
-            slots.push(slot);
+        for (check, item) in checks.iter().zip(items.iter_mut()) {
+            let table = &guards[position_of(item.shard)];
+            item.slot = table.find(&item.key);
             let policy = check.policy();
-            match A::evaluate(
-                policy,
-                slot.map(|slot| table.state(slot)),
-                check.cost(),
-                now,
-            ) {
+            let state = item.slot.map(|slot| table.state(slot));
+            match A::evaluate(policy, state, check.cost(), now) {
                 Evaluation::Allowed { decision, next } => {
                     decisions.push(decision);
-                    nexts.push(Some(next));
+                    item.next = Some(next);
                 }
                 Evaluation::Denied(denial) => {
                     decisions.push(quota_decision(policy.quota_mode(), denial));
-                    nexts.push(None);
                 }
             }
         }
 
         // Room for new keys: each check brings its shard one cleanup allowance.
         for (position, &shard_index) in shard_indices.iter().enumerate() {
-            let on_shard: Vec<usize> = (0..checks.len())
-                .filter(|&i| keys[i].1 == shard_index)
-                .collect();
-            let new_keys: Vec<usize> = on_shard
-                .iter()
-                .copied()
-                .filter(|&i| slots[i].is_none() && nexts[i].is_some())
-                .collect();
-            if new_keys.is_empty() {
+            let needs_room = items.iter().any(|item| {
+                item.shard == shard_index && item.slot.is_none() && item.next.is_some()
+            });
+            if !needs_room {
                 continue;
             }
-            let protected: Vec<SlotId> = on_shard.iter().filter_map(|&i| slots[i]).collect();
+            let protected: SmallVec<[SlotId; INLINE_BATCH]> = items
+                .iter()
+                .filter(|item| item.shard == shard_index)
+                .filter_map(|item| item.slot)
+                .collect();
+            let on_shard = items
+                .iter()
+                .filter(|item| item.shard == shard_index)
+                .count();
             let table = &mut guards[position];
-            let allowance = self.config.cleanup_per_check() * on_shard.len();
-            self.clean(table, allowance, now, &protected, effects);
+            self.clean(
+                table,
+                self.config.cleanup_per_check() * on_shard,
+                now,
+                &protected,
+                effects,
+            );
             let mut headroom = table.headroom();
-            for index in new_keys {
+            for (item, decision) in items.iter_mut().zip(decisions.iter_mut()) {
+                if item.shard != shard_index || item.slot.is_some() || item.next.is_none() {
+                    continue;
+                }
                 if headroom == 0 {
-                    decisions[index] = Decision::denied(capacity_denial(table, now));
-                    nexts[index] = None;
+                    *decision = Decision::denied(capacity_denial(table, now));
+                    item.next = None;
                 } else {
                     headroom -= 1;
                 }
@@ -307,15 +341,14 @@ impl<A: Algorithm> Store<A> {
 
         let batch = BatchDecision::from_decisions(decisions);
         if batch.is_allowed() {
-            for (index, next) in nexts.into_iter().enumerate() {
-                let (key, shard) = keys[index];
-                let table = &mut guards[table_of(shard)];
+            for item in &items {
                 // Every check of an allowed batch has a next state.
-                let Some(next) = next else { continue };
-                match slots[index] {
+                let Some(next) = item.next else { continue };
+                let table = &mut guards[position_of(item.shard)];
+                match item.slot {
                     Some(slot) => table.set_state(slot, next),
                     None => {
-                        table.insert(key, next, A::deadline(&next));
+                        table.insert(item.key, next, A::deadline(&next));
                     }
                 }
             }
@@ -411,8 +444,13 @@ impl<A: Algorithm> Store<A> {
         }
     }
 
+    #[inline]
     fn now_nanos(&self) -> u64 {
-        u64::try_from(self.clock.now().as_nanos()).unwrap_or(u64::MAX)
+        let now = self.clock.now();
+        // Saturates after 584 years of uptime.
+        now.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(now.subsec_nanos()))
     }
 
     fn clean(

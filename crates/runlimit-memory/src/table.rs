@@ -30,32 +30,34 @@ fn mix(word: u64) -> u64 {
 }
 
 impl StoreKey {
+    #[inline]
     pub(crate) fn new(counter: &CounterKey) -> Self {
         let fingerprint = counter.fingerprint().as_bytes();
         let subject = counter.subject().as_bytes();
         let word = |index: usize| {
-            let range = index * 8..index * 8 + 8;
-            let mut bytes = [0; 8];
-            for ((byte, f), s) in bytes
-                .iter_mut()
-                .zip(&fingerprint[range.clone()])
-                .zip(&subject[range])
-            {
-                *byte = f ^ s;
-            }
-            u64::from_le_bytes(bytes)
+            let read = |bytes: &[u8; 32]| {
+                let mut word = [0; 8];
+                word.copy_from_slice(&bytes[index * 8..index * 8 + 8]);
+                u64::from_le_bytes(word)
+            };
+            read(fingerprint) ^ read(subject)
         };
         Self([word(0), word(1), word(2), word(3)])
     }
 
     /// The hash the shard's index uses. Keys are already digests; mixing only
     /// protects the table from application digests with structure.
+    #[inline]
     fn table_hash(&self) -> u64 {
         mix(self.0[0] ^ self.0[2])
     }
 
     /// The shard this key lives in, from words the table hash does not use.
+    #[inline]
     pub(crate) fn shard(&self, shard_count: usize) -> usize {
+        if shard_count == 1 {
+            return 0;
+        }
         let spread = u128::from(mix(self.0[1] ^ self.0[3])) * shard_count as u128;
         // The high half of a 64×64 product is below shard_count.
         usize::try_from(spread >> 64).unwrap_or(0)
@@ -63,6 +65,7 @@ impl StoreKey {
 }
 
 #[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
 struct Slot<S> {
     key: StoreKey,
     state: S,
@@ -96,6 +99,7 @@ impl<S: Copy> Table<S> {
     }
 
     /// Moves this shard's time to `now` unless it has already seen a later time.
+    #[inline]
     pub(crate) fn advance(&mut self, now: u64) -> u64 {
         self.last_now = self.last_now.max(now);
         self.last_now
@@ -117,6 +121,7 @@ impl<S: Copy> Table<S> {
         self.capacity.saturating_sub(self.len())
     }
 
+    #[inline]
     pub(crate) fn find(&self, key: &StoreKey) -> Option<SlotId> {
         self.index
             .find(key.table_hash(), |&slot| {
@@ -125,10 +130,12 @@ impl<S: Copy> Table<S> {
             .copied()
     }
 
+    #[inline]
     pub(crate) fn state(&self, slot: SlotId) -> S {
         self.slots[slot as usize].state
     }
 
+    #[inline]
     pub(crate) fn set_state(&mut self, slot: SlotId, state: S) {
         self.slots[slot as usize].state = state;
     }
