@@ -137,6 +137,21 @@ fn random_keys(c: &mut Criterion) {
             black_box(store.check(&Check::new(&policy, key)).expect("ok"))
         });
     });
+    let sharded = GcraStore::new(
+        MemoryStoreConfig::new(2 * RANDOM_KEYS)
+            .and_then(|config| config.with_shard_count(64))
+            .expect("valid"),
+    );
+    for key in &keys {
+        sharded.check(&Check::new(&policy, *key)).expect("ok");
+    }
+    group.bench_function("runlimit_gcra_64_shards", |b| {
+        b.iter(|| {
+            position = (position + 1) % SEQUENCE;
+            let key = keys[indices[position]];
+            black_box(sharded.check(&Check::new(&policy, key)).expect("ok"))
+        });
+    });
     let governor = RateLimiter::keyed(governor_quota());
     for key in &keys {
         let _ = governor.check_key(key.as_bytes());
@@ -181,29 +196,31 @@ fn batch(c: &mut Criterion) {
     group.finish();
 }
 
-/// Aggregate throughput of `threads` threads, each running `per_thread` checks
-/// over 100k keys in a 64-shard store.
-fn run_threads(
-    store: &Arc<GcraStore>,
-    keys: &Arc<Vec<SubjectKey>>,
-    threads: usize,
-    per_thread: u64,
-) -> Duration {
+/// Wall time for `threads` pinned threads, each running `per_thread` calls of
+/// `work` with its own pseudo-random key indices.
+fn run_threads<W>(work: &Arc<W>, threads: usize, per_thread: u64) -> Duration
+where
+    W: Fn(usize) + Send + Sync + 'static,
+{
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|thread| {
-            let (store, keys, barrier) =
-                (Arc::clone(store), Arc::clone(keys), Arc::clone(&barrier));
+            let (work, barrier) = (Arc::clone(work), Arc::clone(&barrier));
             thread::spawn(move || {
-                let policy = gcra_policy();
-                let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
+                // Pin each thread to its own core so the scheduler cannot stack
+                // both on one core for a whole sample.
+                if let Some(core) = core_affinity::get_core_ids()
+                    .and_then(|cores| cores.get(thread % cores.len().max(1)).copied())
+                {
+                    core_affinity::set_for_current(core);
+                }
+                let mut state = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(thread as u64 + 1);
                 barrier.wait();
                 for _ in 0..per_thread {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
-                    let key = keys[usize::try_from(state % RANDOM_KEYS as u64).expect("fits")];
-                    black_box(store.check(&Check::new(&policy, key)).expect("ok"));
+                    work(usize::try_from(state % RANDOM_KEYS as u64).expect("fits"));
                 }
             })
         })
@@ -223,17 +240,37 @@ fn scaling(c: &mut Criterion) {
         .expect("valid");
     let store = Arc::new(GcraStore::new(config));
     let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
-    let policy = gcra_policy();
+    let policy = Arc::new(gcra_policy());
     for key in keys.iter() {
-        store.check(&Check::new(&policy, *key)).expect("ok");
+        store.check(&Check::new(&*policy, *key)).expect("ok");
     }
+    let runlimit = Arc::new(move |index: usize| {
+        black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
+    });
+    let governor = Arc::new(RateLimiter::keyed(governor_quota()));
+    let digests: Vec<[u8; 32]> = (0..RANDOM_KEYS as u64)
+        .map(|n| *subject(n).as_bytes())
+        .collect();
+    for digest in &digests {
+        let _ = governor.check_key(digest);
+    }
+    let governor = Arc::new(move |index: usize| {
+        black_box(governor.check_key(&digests[index]).is_ok());
+    });
     for threads in [1usize, 2] {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_with_input(
-            BenchmarkId::from_parameter(threads),
+            BenchmarkId::new("runlimit_gcra", threads),
             &threads,
             |b, &threads| {
-                b.iter_custom(|iterations| run_threads(&store, &keys, threads, iterations));
+                b.iter_custom(|iterations| run_threads(&runlimit, threads, iterations));
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("governor_keyed_digest", threads),
+            &threads,
+            |b, &threads| {
+                b.iter_custom(|iterations| run_threads(&governor, threads, iterations));
             },
         );
     }

@@ -25,22 +25,24 @@ fn main() -> Result<(), Box<dyn Error>> {
     let hasher = KeyHasher::new(b"demo secret: replace with 32+ random bytes")?;
     let limiter = MemoryStore::new(MemoryStoreConfig::new(50_000)?.with_shard_count(16)?);
 
-    // Three attacking networks spray five victim accounts; one legitimate user
-    // logs in a few times in between.
+    // Three attacking networks spray twenty victim accounts (with varying
+    // capitalization); one legitimate user logs in a few times in between.
     let attackers = ["198.51.100.7", "203.0.113.9", "192.0.2.44"];
-    let victims = [
-        "alice@example.test",
-        "bob@example.test",
-        "carol@example.test",
-        "dave@example.test",
-        "erin@example.test",
-    ];
-    let mut attempts = Vec::new();
-    for round in 0..30 {
+    let victims: Vec<String> = (1..=20)
+        .map(|n| format!("Victim{n}@Example.test"))
+        .collect();
+    let mut attempts: Vec<(&str, &str, bool)> = Vec::new();
+    for round in 0..60 {
         for (index, network) in attackers.iter().enumerate() {
-            attempts.push((*network, victims[(round + index) % victims.len()], true));
+            let victim = &victims[(round + index) % victims.len()];
+            attempts.push((network, victim, true));
         }
-        if round % 10 == 0 {
+        // A fourth network targets one account, which its identity limit protects
+        // even though that network stays under its client limit.
+        if round % 5 == 0 {
+            attempts.push(("198.51.100.99", "Alice@Example.test", true));
+        }
+        if round % 20 == 0 {
             attempts.push(("192.0.2.200", "frank@example.test", false));
         }
     }

@@ -148,9 +148,11 @@ impl<A: Algorithm> Store<A> {
         check: &Check<'_, A::Policy>,
         effects: &mut Effects,
     ) -> Decision {
+        // Look the key up before reading the clock, so the likely cache miss on a
+        // cold key overlaps the clock read.
+        let slot = table.find(key);
         let now = table.advance(self.now_nanos());
         let policy = check.policy();
-        let slot = table.find(key);
         match A::evaluate(
             policy,
             slot.map(|slot| table.state(slot)),

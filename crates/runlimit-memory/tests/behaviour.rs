@@ -628,3 +628,54 @@ fn stores_and_errors_are_send_and_sync() {
     assert_send_sync::<MemoryStoreConfig>();
     assert_send_sync::<ManualClock>();
 }
+
+/// Counts how often the store reads its injected clock.
+#[derive(Debug, Clone, Default)]
+struct CountingClock {
+    inner: ManualClock,
+    reads: Arc<AtomicUsize>,
+}
+
+impl Clock for CountingClock {
+    fn now(&self) -> Duration {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.now()
+    }
+}
+
+#[test]
+fn each_operation_reads_the_clock_once_with_or_without_an_observer() {
+    let policy = policy(10, Duration::from_secs(1));
+    let checks = [Check::new(&policy, key(1)), Check::new(&policy, key(2))];
+    for observed in [false, true] {
+        let clock = CountingClock::default();
+        let config = MemoryStoreConfig::new(8)
+            .and_then(|c| c.with_shard_count(4))
+            .expect("valid");
+        let store = MemoryStore::new(config).with_clock(clock.clone());
+        let store = if observed {
+            store.with_observer(Recorder::default())
+        } else {
+            store
+        };
+        store.check(&checks[0]).expect("ok");
+        assert_eq!(
+            clock.reads.load(Ordering::SeqCst),
+            1,
+            "observed: {observed}"
+        );
+        store.check_all(&checks).expect("ok");
+        assert_eq!(
+            clock.reads.load(Ordering::SeqCst),
+            2,
+            "observed: {observed}"
+        );
+        // Caller errors are refused before the clock is read.
+        let _ = store.check_all(&[checks[0], checks[0]]);
+        assert_eq!(
+            clock.reads.load(Ordering::SeqCst),
+            2,
+            "observed: {observed}"
+        );
+    }
+}
