@@ -1,0 +1,22 @@
+//! Typed HTTP response metadata for Runlimit decisions.
+//!
+//! `runlimit-http` turns caller-selected policies and decisions into HTTP field
+//! values; it is framework-neutral (only the `http` crate's types) and is what
+//! `runlimit-axum` uses for its default responses.
+//!
+//! * [`draft_11`]: the IETF `RateLimit-Policy` and `RateLimit` fields as RFC 9651
+//!   Structured Field lists, versioned by draft so a later draft can sit beside it.
+//! * [`legacy`]: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
+//!   and `Retry-After`, for clients that expect the older de-facto shape.
+//! * [`problem`]: an RFC 9457 problem-details body for quota denials.
+//!
+//! Nothing here chooses a status code or a body, or decides which policies an
+//! application discloses; every value is validated when it is built, so encoding
+//! itself cannot fail.
+
+pub mod draft_11;
+mod error;
+pub mod legacy;
+pub mod problem;
+
+pub use error::FieldError;
