@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs the demo that README's first command shows, so CI proves it still works.
+# Runs the demo that README's first command shows (and its multi-replica form),
+# so CI proves both still work.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cargo run --quiet --locked -p runlimit-demo
+cargo run --quiet --locked -p runlimit-demo -- --replicas 3
 cargo run --quiet --locked -p runlimit-memory --example login_burst

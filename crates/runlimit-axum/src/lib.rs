@@ -1,1 +1,48 @@
-//! placeholder
+//! Caller-controlled admission middleware for Axum, tonic and any Tower service.
+//!
+//! `runlimit-axum` puts a Runlimit [`Limiter`](runlimit_core::Limiter) in front
+//! of a service: [`RateLimitLayer`] admits each request before the handler runs
+//! and before any request-body extractor reads the body. The application keeps
+//! every decision that depends on trust or presentation:
+//!
+//! * [`KeyExtractor`]s turn the request head into opaque
+//!   [`SubjectKey`](runlimit_core::SubjectKey)s; the layer never reads forwarding
+//!   headers, `ConnectInfo`, cookies or identities itself;
+//! * a [`RejectionMapper`] owns status, headers and body for missing metadata,
+//!   enforced quota denials, capacity denials and backend failures
+//!   ([`DefaultRejection`] answers 429 with `Retry-After` and draft `RateLimit`
+//!   fields, or 503);
+//! * a [`FailureMode`] decides backend errors: fail closed unless the
+//!   application explicitly fails open with an observing hook.
+//!
+//! Allowed and shadow-denied decisions reach handlers as a
+//! [`RateLimitContext`] request extension that nested layers append to. With
+//! the `tonic` feature, [`grpc::GrpcRejection`] answers gRPC clients with
+//! `RESOURCE_EXHAUSTED` and retry metadata.
+//!
+//! # Trusted proxies
+//!
+//! Behind a reverse proxy the TCP peer is the proxy. Only the application knows
+//! which peers may set `X-Forwarded-For`; resolve the client address in a layer
+//! that knows the trusted proxies, store it in an extension, and key on that;
+//! normalize identities (case, IPv6 prefixes) the same way. The
+//! `runlimit-demo` crate's `resolve_client` middleware shows the pattern. Keying
+//! on a raw forwarding header lets every caller pick their own bucket.
+
+mod context;
+mod extract;
+mod failure;
+mod future;
+#[cfg(feature = "tonic")]
+pub mod grpc;
+mod layer;
+mod rejection;
+mod service;
+
+pub use context::{AppliedPolicy, RateLimitContext};
+pub use extract::{KeyExtractor, MissingMetadata};
+pub use failure::FailureMode;
+pub use future::ResponseFuture;
+pub use layer::RateLimitLayer;
+pub use rejection::{DefaultRejection, Rejection, RejectionMapper};
+pub use service::RateLimitService;

@@ -342,3 +342,26 @@ pub fn status_field(statuses: &[QuotaStatus]) -> Result<(HeaderName, HeaderValue
     }
     Ok((RATELIMIT, finish(list)?))
 }
+
+/// Policies that can be advertised in `RateLimit-Policy`.
+pub trait Advertise {
+    /// This policy as a `RateLimit-Policy` member named `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`FieldError::WindowNotWholeSeconds`] when the window or period has a
+    /// sub-second part, since advertised windows are never rounded.
+    fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError>;
+}
+
+impl Advertise for FixedWindowPolicy {
+    fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
+        QuotaPolicy::for_fixed_window(name, self)
+    }
+}
+
+impl Advertise for GcraPolicy {
+    fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
+        QuotaPolicy::for_gcra(name, self)
+    }
+}

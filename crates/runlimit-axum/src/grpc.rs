@@ -1,0 +1,63 @@
+//! gRPC rejections for tonic services.
+
+use std::time::Duration;
+
+use http::Response;
+use tonic::{Status, metadata::MetadataValue};
+
+use crate::rejection::{Rejection, RejectionMapper};
+
+/// Answers rejections the way gRPC clients expect: a trailers-only response
+/// whose `grpc-status` is `RESOURCE_EXHAUSTED` for quota denials and
+/// `UNAVAILABLE` for capacity denials and backend failures (`INTERNAL` for
+/// missing metadata). Retry times travel as `grpc-retry-pushback-ms` (the gRPC
+/// retry-throttling convention) and `retry-after` (whole seconds).
+///
+/// ```
+/// use runlimit_axum::grpc::GrpcRejection;
+/// # use runlimit_axum::RateLimitLayer;
+/// # use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+/// # fn layer(store: MemoryStore) -> impl Sized {
+/// RateLimitLayer::new(store).rejection_mapper(GrpcRejection)
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcRejection;
+
+impl GrpcRejection {
+    fn status(rejection: &Rejection<'_>) -> (Status, Option<Duration>) {
+        match rejection {
+            Rejection::QuotaExceeded { policy, denial } => (
+                Status::resource_exhausted(format!("rate limit exceeded: {}", policy.as_str())),
+                denial.retry_after(),
+            ),
+            Rejection::StorageCapacity { retry_after, .. } => (
+                Status::unavailable("rate limiter at capacity"),
+                *retry_after,
+            ),
+            Rejection::BackendFailure { .. } => {
+                (Status::unavailable("rate limiter unavailable"), None)
+            }
+            Rejection::MissingMetadata { .. } => (
+                Status::internal("request cannot be attributed for rate limiting"),
+                None,
+            ),
+        }
+    }
+}
+
+impl<B: Default + Send + 'static> RejectionMapper<B> for GrpcRejection {
+    fn respond(&self, rejection: &Rejection<'_>) -> Response<B> {
+        let (mut status, retry_after) = Self::status(rejection);
+        if let Some(retry_after) = retry_after {
+            let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+            let seconds = retry_after
+                .as_secs()
+                .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
+            let metadata = status.metadata_mut();
+            metadata.insert("grpc-retry-pushback-ms", MetadataValue::from(millis));
+            metadata.insert("retry-after", MetadataValue::from(seconds));
+        }
+        status.into_http()
+    }
+}

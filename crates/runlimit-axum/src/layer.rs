@@ -1,0 +1,334 @@
+//! The layer and its configuration.
+
+use std::{fmt, future::Future, pin::Pin, sync::Arc};
+
+use http::request::Parts;
+use runlimit_core::{Limiter, Policy};
+use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy};
+use tower_layer::Layer;
+
+use crate::{
+    extract::{KeyExtractor, MissingMetadata, SharedExtractor},
+    failure::FailureMode,
+    rejection::DefaultRejection,
+    service::RateLimitService,
+};
+
+pub(crate) type Selected<P> = Result<Arc<P>, MissingMetadata>;
+type SyncSelector<P> = Arc<dyn Fn(&Parts) -> Selected<P> + Send + Sync>;
+type AsyncSelector<P> =
+    Arc<dyn Fn(&Parts) -> Pin<Box<dyn Future<Output = Selected<P>> + Send>> + Send + Sync>;
+
+/// Where a check's policy comes from.
+pub(crate) enum PolicySource<P> {
+    /// One pre-validated policy, with its name and advertisement computed once.
+    Fixed {
+        policy: Arc<P>,
+        name: PolicyName,
+        advertised: Option<QuotaPolicy>,
+    },
+    /// Chosen per request, synchronously.
+    Select(SyncSelector<P>),
+    /// Chosen per request, asynchronously.
+    SelectAsync(AsyncSelector<P>),
+}
+
+impl<P> Clone for PolicySource<P> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Fixed {
+                policy,
+                name,
+                advertised,
+            } => Self::Fixed {
+                policy: Arc::clone(policy),
+                name: name.clone(),
+                advertised: advertised.clone(),
+            },
+            Self::Select(select) => Self::Select(Arc::clone(select)),
+            Self::SelectAsync(select) => Self::SelectAsync(Arc::clone(select)),
+        }
+    }
+}
+
+/// One check the layer runs per request.
+pub(crate) struct Rule<P> {
+    pub(crate) source: PolicySource<P>,
+    pub(crate) extractor: SharedExtractor<P>,
+}
+
+impl<P> Clone for Rule<P> {
+    fn clone(&self) -> Self {
+        Self {
+            source: self.source.clone(),
+            extractor: Arc::clone(&self.extractor),
+        }
+    }
+}
+
+pub(crate) type SkipPredicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+/// Everything a service needs, shared by every clone of it.
+pub(crate) struct Config<L: Limiter, M> {
+    pub(crate) limiter: Arc<L>,
+    pub(crate) rules: Vec<Rule<L::Policy>>,
+    pub(crate) skip: Option<SkipPredicate>,
+    pub(crate) failure: FailureMode,
+    pub(crate) mapper: Arc<M>,
+    pub(crate) response_fields: bool,
+}
+
+impl<L: Limiter, M> Clone for Config<L, M> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            rules: self.rules.clone(),
+            skip: self.skip.clone(),
+            failure: self.failure.clone(),
+            mapper: Arc::clone(&self.mapper),
+            response_fields: self.response_fields,
+        }
+    }
+}
+
+/// A Tower layer that admits each request against a Runlimit backend before
+/// the inner service runs.
+///
+/// For each request the service:
+///
+/// 1. evaluates the optional [`skip`](Self::skip) predicate on the request head;
+/// 2. resolves each check's policy (fixed, or selected per request among
+///    pre-validated policies, synchronously or asynchronously);
+/// 3. derives each check's [`SubjectKey`](runlimit_core::SubjectKey) with the
+///    application's [`KeyExtractor`];
+/// 4. evaluates all checks as **one atomic batch** (a single check alone), so a
+///    client limit and an identity limit are consumed together or not at all;
+/// 5. on an enforced denial, a capacity denial, missing metadata or (failing
+///    closed) a backend error, answers through the
+///    [`RejectionMapper`](crate::RejectionMapper) **without calling the inner
+///    service or reading the request body**;
+/// 6. otherwise appends the decisions to the request's
+///    [`RateLimitContext`](crate::RateLimitContext) and calls the inner service
+///    that was polled ready, optionally appending `RateLimit` fields to its
+///    response.
+///
+/// # What the layer does not do
+///
+/// It never reads `Forwarded`, `X-Forwarded-For`, `ConnectInfo`, cookies or
+/// identities: which peers are trusted proxies and how subjects are normalized
+/// is the application's decision, made in its key extractors. It does not bound
+/// concurrency (use a semaphore or `tower::limit`), refund quota when the handler
+/// fails, or buffer bodies.
+///
+/// # Examples
+///
+/// ```
+/// use std::{net::SocketAddr, sync::Arc, time::Duration};
+///
+/// use axum::{Router, extract::ConnectInfo, routing::post};
+/// use runlimit_axum::{MissingMetadata, RateLimitLayer};
+/// use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
+/// use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let policy = FixedWindowPolicy::new(
+///     PolicyId::new("auth.login")?,
+///     ScopeId::new("client")?,
+///     40,
+///     Duration::from_secs(60),
+/// )?;
+/// let hasher = KeyHasher::new(b"load a 32+ byte secret from secret storage")?;
+/// let limiter = MemoryStore::new(MemoryStoreConfig::new(50_000)?);
+///
+/// // This service is reached directly, so the TCP peer is the client. Behind a
+/// // proxy, read the address your trusted-proxy layer established instead.
+/// let layer = RateLimitLayer::new(limiter).check(policy, move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {
+///     let ConnectInfo(peer) = parts
+///         .extensions
+///         .get::<ConnectInfo<SocketAddr>>()
+///         .ok_or(MissingMetadata::new("peer address"))?;
+///     Ok(hasher.hash_for(policy, peer.ip().to_string().as_bytes()))
+/// });
+/// let app: Router = Router::new()
+///     .route("/login", post(|| async { "welcome" }))
+///     .layer(layer);
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RateLimitLayer<L: Limiter, M = DefaultRejection> {
+    config: Config<L, M>,
+}
+
+impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
+    /// A layer over `limiter` with no checks yet, failing closed, answering
+    /// rejections with [`DefaultRejection`].
+    ///
+    /// Add at least one check: a layer without checks rejects every request it
+    /// does not skip (as missing metadata), rather than silently admitting it.
+    #[must_use]
+    pub fn new(limiter: L) -> Self {
+        Self::from_shared(Arc::new(limiter))
+    }
+
+    /// Like [`new`](Self::new), for a backend shared with other layers, replicas
+    /// or tasks.
+    #[must_use]
+    pub fn from_shared(limiter: Arc<L>) -> Self {
+        Self {
+            config: Config {
+                limiter,
+                rules: Vec::new(),
+                skip: None,
+                failure: FailureMode::default(),
+                mapper: Arc::new(DefaultRejection),
+                response_fields: true,
+            },
+        }
+    }
+}
+
+impl<L, M> RateLimitLayer<L, M>
+where
+    L: Limiter,
+    L::Policy: Advertise,
+{
+    /// Adds a check of a fixed, pre-validated `policy`, keyed by `extractor`.
+    /// Several checks are evaluated as one atomic batch, in the order added.
+    #[must_use]
+    pub fn check(
+        mut self,
+        policy: impl Into<Arc<L::Policy>>,
+        extractor: impl KeyExtractor<L::Policy>,
+    ) -> Self {
+        let policy = policy.into();
+        let name = PolicyName::of(&*policy);
+        let advertised = policy.quota_policy(name.clone()).ok();
+        self.config.rules.push(Rule {
+            source: PolicySource::Fixed {
+                policy,
+                name,
+                advertised,
+            },
+            extractor: Arc::new(extractor),
+        });
+        self
+    }
+
+    /// Adds a check whose policy `select` chooses per request among policies
+    /// the application validated up front (for example a tier from an
+    /// authenticated extension). An `Err` rejects the request; it never fails
+    /// open.
+    #[must_use]
+    pub fn check_selected(
+        mut self,
+        select: impl Fn(&Parts) -> Result<Arc<L::Policy>, MissingMetadata> + Send + Sync + 'static,
+        extractor: impl KeyExtractor<L::Policy>,
+    ) -> Self {
+        self.config.rules.push(Rule {
+            source: PolicySource::Select(Arc::new(select)),
+            extractor: Arc::new(extractor),
+        });
+        self
+    }
+
+    /// Like [`check_selected`](Self::check_selected) with an asynchronous
+    /// selector, for a policy looked up in a cache or service. The selector sees
+    /// the request head and must copy what it needs into the returned future.
+    #[must_use]
+    pub fn check_selected_async<F, Fut>(
+        mut self,
+        select: F,
+        extractor: impl KeyExtractor<L::Policy>,
+    ) -> Self
+    where
+        F: Fn(&Parts) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Arc<L::Policy>, MissingMetadata>> + Send + 'static,
+    {
+        let select: AsyncSelector<L::Policy> =
+            Arc::new(move |parts: &Parts| Box::pin(select(parts)));
+        self.config.rules.push(Rule {
+            source: PolicySource::SelectAsync(select),
+            extractor: Arc::new(extractor),
+        });
+        self
+    }
+
+    /// Skips rate limiting for requests whose head matches `predicate`: no key,
+    /// no policy, no backend call, no context and no fields. Only use trusted
+    /// request data here (an authenticated extension, not a raw credential).
+    #[must_use]
+    pub fn skip(mut self, predicate: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.config.skip = Some(Arc::new(predicate));
+        self
+    }
+
+    /// Chooses what a backend error does; fail closed by default.
+    #[must_use]
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.config.failure = mode;
+        self
+    }
+
+    /// Whether allowed responses get `RateLimit-Policy` and `RateLimit` fields
+    /// for this layer's policies (on by default). Nested layers add theirs in
+    /// composition order, outermost first.
+    #[must_use]
+    pub fn response_fields(mut self, enabled: bool) -> Self {
+        self.config.response_fields = enabled;
+        self
+    }
+
+    /// Replaces the rejection mapper.
+    #[must_use]
+    pub fn rejection_mapper<M2>(self, mapper: M2) -> RateLimitLayer<L, M2> {
+        let Config {
+            limiter,
+            rules,
+            skip,
+            failure,
+            response_fields,
+            ..
+        } = self.config;
+        RateLimitLayer {
+            config: Config {
+                limiter,
+                rules,
+                skip,
+                failure,
+                mapper: Arc::new(mapper),
+                response_fields,
+            },
+        }
+    }
+}
+
+impl<L: Limiter, M> Clone for RateLimitLayer<L, M> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<L: Limiter, M> fmt::Debug for RateLimitLayer<L, M>
+where
+    L::Policy: Policy,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("checks", &self.config.rules.len())
+            .field("skip", &self.config.skip.is_some())
+            .field("failure", &self.config.failure)
+            .field("response_fields", &self.config.response_fields)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, L: Limiter, M> Layer<S> for RateLimitLayer<L, M> {
+    type Service = RateLimitService<S, L, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, Arc::new(self.config.clone()))
+    }
+}

@@ -1,0 +1,127 @@
+//! Responses for requests the layer does not admit: owned by the application.
+
+use std::{error::Error, time::Duration};
+
+use http::{HeaderValue, Response, StatusCode, header};
+use runlimit_core::Denial;
+use runlimit_http::{
+    draft_11::{PolicyName, QuotaStatus, status_field},
+    legacy::retry_after_value,
+    problem::{self, QuotaExceededProblem},
+};
+
+/// Why the layer answered a request itself instead of calling the inner service.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Rejection<'a> {
+    /// A key extractor or policy selector lacked trusted metadata. Never fails
+    /// open.
+    MissingMetadata {
+        /// The policy being keyed or selected.
+        policy: Option<&'a PolicyName>,
+        /// Why.
+        missing: crate::MissingMetadata,
+    },
+    /// An enforced quota denied the request.
+    QuotaExceeded {
+        /// The denied policy.
+        policy: &'a PolicyName,
+        /// The denial, with its retry time.
+        denial: &'a Denial,
+    },
+    /// The backend had no room for a new subject. Always fail-closed.
+    StorageCapacity {
+        /// The policy whose new key did not fit.
+        policy: &'a PolicyName,
+        /// The earliest known time the request may fit, if known.
+        retry_after: Option<Duration>,
+    },
+    /// The backend could not decide and the layer fails closed.
+    BackendFailure {
+        /// The backend's error. Do not send its text to clients.
+        error: &'a (dyn Error + Send + Sync + 'static),
+    },
+}
+
+/// Builds the response for a [`Rejection`]: status, headers and body are the
+/// application's choice.
+///
+/// Closures `Fn(&Rejection<'_>) -> Response<B>` implement it; [`DefaultRejection`]
+/// is used when none is set.
+pub trait RejectionMapper<B>: Send + Sync + 'static {
+    /// The response for `rejection`.
+    fn respond(&self, rejection: &Rejection<'_>) -> Response<B>;
+}
+
+impl<B, F> RejectionMapper<B> for F
+where
+    F: Fn(&Rejection<'_>) -> Response<B> + Send + Sync + 'static,
+{
+    fn respond(&self, rejection: &Rejection<'_>) -> Response<B> {
+        self(rejection)
+    }
+}
+
+/// The default responses:
+///
+/// * quota exceeded: `429 Too Many Requests` with `Retry-After`, the draft-11
+///   `RateLimit` field for the denied policy, and an RFC 9457 problem body
+///   naming it;
+/// * storage capacity and backend failure: `503 Service Unavailable`, with
+///   `Retry-After` when a retry time is known;
+/// * missing trusted metadata: `500 Internal Server Error`, since it means the
+///   service's own trust configuration is incomplete.
+///
+/// Bodies never contain subjects, keys or backend error text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultRejection;
+
+impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
+    fn respond(&self, rejection: &Rejection<'_>) -> Response<B> {
+        match rejection {
+            Rejection::QuotaExceeded { policy, denial } => {
+                let problem = QuotaExceededProblem::new(vec![(*policy).clone()]);
+                let body = serde_json::to_string(&problem).unwrap_or_default();
+                let mut response = Response::new(B::from(body));
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                let headers = response.headers_mut();
+                headers.insert(header::CONTENT_TYPE, problem::CONTENT_TYPE);
+                let retry_after = denial.retry_after().unwrap_or_default();
+                headers.insert(header::RETRY_AFTER, retry_after_value(retry_after));
+                if let Ok((name, value)) = QuotaStatus::new((*policy).clone(), 0, retry_after)
+                    .and_then(|status| status_field(&[status]))
+                {
+                    headers.insert(name, value);
+                }
+                response
+            }
+            Rejection::StorageCapacity { retry_after, .. } => {
+                let mut response =
+                    plain(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");
+                if let Some(retry_after) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, retry_after_value(*retry_after));
+                }
+                response
+            }
+            Rejection::BackendFailure { .. } => {
+                plain(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable")
+            }
+            Rejection::MissingMetadata { .. } => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "request cannot be attributed for rate limiting",
+            ),
+        }
+    }
+}
+
+fn plain<B: From<String>>(status: StatusCode, text: &str) -> Response<B> {
+    let mut response = Response::new(B::from(text.to_owned()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

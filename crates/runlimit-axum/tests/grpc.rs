@@ -1,0 +1,98 @@
+//! The layer in front of a real tonic gRPC service, over loopback.
+#![cfg(feature = "tonic")]
+
+use std::{sync::Arc, time::Duration};
+
+use runlimit_axum::{MissingMetadata, RateLimitLayer, grpc::GrpcRejection};
+use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
+use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig};
+use tonic::{Code, transport::server::TcpIncoming};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+#[tokio::test]
+async fn exhausted_grpc_clients_get_resource_exhausted_with_retry_metadata() {
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("grpc.health").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        2,
+        Duration::from_secs(30),
+    )
+    .expect("valid");
+    let hasher = Arc::new(KeyHasher::new(b"grpc test secret of at least 32 bytes").expect("valid"));
+    let store = MemoryStore::new(MemoryStoreConfig::new(100).expect("valid"))
+        .with_clock(ManualClock::new());
+    // In a real service the client identity would come from mTLS or an
+    // authenticated extension; a test header stands in for it here.
+    let layer = RateLimitLayer::new(store)
+        .check(
+            policy,
+            move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {
+                let client = parts
+                    .headers
+                    .get("x-test-client")
+                    .ok_or(MissingMetadata::new("client identity"))?;
+                Ok(hasher.hash_for(policy, client.as_bytes()))
+            },
+        )
+        .rejection_mapper(GrpcRejection);
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>>().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let address = listener.local_addr().expect("address");
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = HealthClient::new(channel);
+    let request = || {
+        let mut request = tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        request
+            .metadata_mut()
+            .insert("x-test-client", "tenant-7".parse().expect("ascii"));
+        request
+    };
+    for _ in 0..2 {
+        client.check(request()).await.expect("admitted");
+    }
+    let status = client
+        .check(request())
+        .await
+        .expect_err("third call is limited");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(
+        status
+            .metadata()
+            .get("grpc-retry-pushback-ms")
+            .map(|v| v.to_str().expect("ascii")),
+        Some("30000")
+    );
+    assert_eq!(
+        status
+            .metadata()
+            .get("retry-after")
+            .map(|v| v.to_str().expect("ascii")),
+        Some("30")
+    );
+
+    let anonymous = client
+        .check(tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        }))
+        .await
+        .expect_err("unattributable calls are refused");
+    assert_eq!(anonymous.code(), Code::Internal);
+    server.abort();
+}

@@ -1,0 +1,596 @@
+//! The admission layer driven with `tower::ServiceExt::oneshot`.
+
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use axum::body::Body;
+use http::{HeaderMap, Request, Response, StatusCode, request::Parts};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use runlimit_axum::{FailureMode, MissingMetadata, RateLimitContext, RateLimitLayer, Rejection};
+use runlimit_core::{
+    BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, PolicyId, QuotaMode,
+    ScopeId, SubjectKey,
+};
+use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+fn policy(scope: &str, limit: u64) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new("auth.login").expect("valid"),
+        ScopeId::new(scope).expect("valid"),
+        limit,
+        Duration::from_secs(60),
+    )
+    .expect("valid")
+}
+
+fn hasher() -> Arc<KeyHasher> {
+    Arc::new(KeyHasher::new(b"test secret that is at least 32 bytes").expect("valid"))
+}
+
+fn store() -> Arc<MemoryStore> {
+    Arc::new(
+        MemoryStore::new(MemoryStoreConfig::new(1_000).expect("valid"))
+            .with_clock(ManualClock::new()),
+    )
+}
+
+/// The client network, as a trusted earlier layer would have established it.
+#[derive(Clone)]
+struct Client(&'static str);
+
+/// The normalized account a login names, as the application would parse it.
+#[derive(Clone)]
+struct Identity(&'static str);
+
+fn client_key(
+    hasher: Arc<KeyHasher>,
+) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
+{
+    move |parts, policy| {
+        let Client(network) = parts
+            .extensions
+            .get::<Client>()
+            .ok_or(MissingMetadata::new("client network"))?;
+        Ok(hasher.hash_for(policy, network.as_bytes()))
+    }
+}
+
+fn identity_key(
+    hasher: Arc<KeyHasher>,
+) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
+{
+    move |parts, policy| {
+        let Identity(account) = parts
+            .extensions
+            .get::<Identity>()
+            .ok_or(MissingMetadata::new("identity"))?;
+        Ok(hasher.hash_for(policy, account.as_bytes()))
+    }
+}
+
+fn request(client: &'static str, identity: &'static str) -> Request<Body> {
+    let mut request = Request::new(Body::empty());
+    request.extensions_mut().insert(Client(client));
+    request.extensions_mut().insert(Identity(identity));
+    request
+}
+
+/// A handler that records the context it saw and counts calls.
+fn handler(
+    calls: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Option<RateLimitContext>>>,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    service_fn(move |request: Request<Body>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        *seen.lock().expect("lock") = request.extensions().get::<RateLimitContext>().cloned();
+        async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) }
+    })
+}
+
+async fn body_text(response: Response<Body>) -> String {
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).expect("utf-8")
+}
+
+fn values(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .map(|value| value.to_str().expect("ascii").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn client_and_identity_are_one_atomic_batch() {
+    let hasher = hasher();
+    let limiter = store();
+    let client = policy("client", 3);
+    let identity = policy("identity", 2);
+    let layer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(client.clone(), client_key(Arc::clone(&hasher)))
+        .check(identity.clone(), identity_key(Arc::clone(&hasher)));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
+
+    for _ in 0..2 {
+        let response = service
+            .clone()
+            .oneshot(request("net-a", "alice"))
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let response = service
+        .clone()
+        .oneshot(request("net-a", "alice"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "60");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [r#""auth.login/identity";r=0;t=60"#]
+    );
+    let body: serde_json::Value = serde_json::from_str(&body_text(response).await).expect("json");
+    assert_eq!(body["violated-policies"][0], "auth.login/identity");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // The denied batch consumed nothing from the client limit: one left.
+    let response = service
+        .clone()
+        .oneshot(request("net-a", "bob"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [r#""auth.login/client";r=0;t=60, "auth.login/identity";r=1;t=60"#]
+    );
+    assert_eq!(
+        values(response.headers(), "ratelimit-policy"),
+        [r#""auth.login/client";q=3;w=60, "auth.login/identity";q=2;w=60"#]
+    );
+    let context = seen
+        .lock()
+        .expect("lock")
+        .clone()
+        .expect("context inserted");
+    let names: Vec<&str> = context
+        .policies()
+        .iter()
+        .map(|p| p.name().as_str())
+        .collect();
+    assert_eq!(names, ["auth.login/client", "auth.login/identity"]);
+    assert_eq!(context.policies()[0].decision().remaining(), Some(0));
+    assert!(!context.any_shadow_denied());
+
+    let response = service
+        .oneshot(request("net-a", "carol"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [r#""auth.login/client";r=0;t=60"#]
+    );
+}
+
+/// A request body that fails the test if anything reads it.
+struct UnreadableBody;
+
+impl http_body::Body for UnreadableBody {
+    type Data = bytes::Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        panic!("the request body was read before admission finished");
+    }
+}
+
+#[tokio::test]
+async fn denials_short_circuit_before_the_inner_service_and_the_body() {
+    let hasher = hasher();
+    let limiter = store();
+    let layer = RateLimitLayer::from_shared(limiter).check(policy("client", 1), client_key(hasher));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let inner = service_fn(move |request: Request<UnreadableBody>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        // The handler would read the body; the layer must not get here when denied.
+        drop(request);
+        async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) }
+    });
+    let service = layer.layer(inner);
+    let make = || {
+        let mut request = Request::new(UnreadableBody);
+        request.extensions_mut().insert(Client("net-b"));
+        request
+    };
+    assert_eq!(
+        service.clone().oneshot(make()).await.expect("ok").status(),
+        StatusCode::OK
+    );
+    let denied = service.oneshot(make()).await.expect("ok");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn missing_metadata_rejects_without_consuming() {
+    let hasher = hasher();
+    let limiter = store();
+    let client = policy("client", 1);
+    let layer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(client.clone(), client_key(Arc::clone(&hasher)))
+        .check(policy("identity", 5), identity_key(Arc::clone(&hasher)));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));
+    let mut no_identity = Request::new(Body::empty());
+    no_identity.extensions_mut().insert(Client("net-c"));
+    let response = service.clone().oneshot(no_identity).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // The client counter was not consumed by the refused request.
+    let key = hasher.hash_for(&client, b"net-c");
+    assert_eq!(
+        limiter
+            .check(&Check::new(&client, key))
+            .expect("ok")
+            .remaining(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn shadow_denials_are_admitted_and_reported() {
+    let hasher = hasher();
+    let shadow = policy("client", 1).with_quota_mode(QuotaMode::Shadow);
+    let layer = RateLimitLayer::from_shared(store()).check(shadow, client_key(hasher));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
+    service
+        .clone()
+        .oneshot(request("net-d", "x"))
+        .await
+        .expect("ok");
+    let response = service.oneshot(request("net-d", "x")).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let context = seen.lock().expect("lock").clone().expect("context");
+    assert!(context.any_shadow_denied());
+    assert!(context.policies()[0].decision().is_shadow_denied());
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [r#""auth.login/client";r=0;t=60"#]
+    );
+}
+
+/// A backend that always fails.
+#[derive(Debug)]
+struct Broken;
+
+#[derive(Debug, thiserror::Error)]
+#[error("backend unreachable")]
+struct BrokenError;
+
+impl Limiter for Broken {
+    type Policy = FixedWindowPolicy;
+    type Error = BrokenError;
+
+    async fn check(&self, _: &Check<'_, FixedWindowPolicy>) -> Result<Decision, BrokenError> {
+        Err(BrokenError)
+    }
+
+    async fn check_all(
+        &self,
+        _: &[Check<'_, FixedWindowPolicy>],
+    ) -> Result<BatchDecision, BrokenError> {
+        Err(BrokenError)
+    }
+}
+
+#[tokio::test]
+async fn backend_failures_fail_closed_by_default() {
+    let layer = RateLimitLayer::new(Broken).check(policy("client", 1), client_key(hasher()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));
+    let response = service.oneshot(request("net-e", "x")).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        !body_text(response).await.contains("unreachable"),
+        "no backend text leaks"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn failing_open_is_explicit_and_observed() {
+    let observed = Arc::new(AtomicUsize::new(0));
+    let hook = Arc::clone(&observed);
+    let layer = RateLimitLayer::new(Broken)
+        .check(policy("client", 1), client_key(hasher()))
+        .failure_mode(FailureMode::fail_open(move |error| {
+            assert_eq!(error.to_string(), "backend unreachable");
+            hook.fetch_add(1, Ordering::SeqCst);
+        }));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
+    let response = service.oneshot(request("net-f", "x")).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(observed.load(Ordering::SeqCst), 1);
+    assert!(
+        seen.lock().expect("lock").is_none(),
+        "no context on fail-open"
+    );
+    assert!(!response.headers().contains_key("ratelimit"));
+}
+
+#[tokio::test]
+async fn nested_layers_append_in_composition_order() {
+    let hasher = hasher();
+    let limiter = store();
+    let outer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(policy("client", 5), client_key(Arc::clone(&hasher)));
+    let inner = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(policy("identity", 3), identity_key(Arc::clone(&hasher)));
+    let seen = Arc::new(Mutex::new(None));
+    let service =
+        outer.layer(inner.layer(handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen))));
+    let response = service.oneshot(request("net-g", "dana")).await.expect("ok");
+    let context = seen.lock().expect("lock").clone().expect("context");
+    let names: Vec<&str> = context
+        .policies()
+        .iter()
+        .map(|p| p.name().as_str())
+        .collect();
+    assert_eq!(names, ["auth.login/client", "auth.login/identity"]);
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [
+            r#""auth.login/client";r=4;t=60"#,
+            r#""auth.login/identity";r=2;t=60"#
+        ]
+    );
+    assert_eq!(
+        values(response.headers(), "ratelimit-policy"),
+        [
+            r#""auth.login/client";q=5;w=60"#,
+            r#""auth.login/identity";q=3;w=60"#
+        ]
+    );
+}
+
+#[tokio::test]
+async fn skipped_requests_touch_nothing() {
+    let limiter = store();
+    let client = policy("client", 1);
+    let layer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(client.clone(), client_key(hasher()))
+        .skip(|parts| parts.uri.path() == "/health");
+    let seen = Arc::new(Mutex::new(None));
+    let service = layer.layer(handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen)));
+    for _ in 0..3 {
+        let mut health = request("net-h", "x");
+        *health.uri_mut() = "/health".parse().expect("uri");
+        let response = service.clone().oneshot(health).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!response.headers().contains_key("ratelimit"));
+    }
+    assert!(seen.lock().expect("lock").is_none());
+    assert_eq!(limiter.stats().entries, 0);
+}
+
+#[tokio::test]
+async fn policies_can_be_selected_per_request_sync_and_async() {
+    let hasher = hasher();
+    let free = Arc::new(policy("free", 1));
+    let paid = Arc::new(policy("paid", 3));
+    #[derive(Clone, Copy)]
+    enum Tier {
+        Free,
+        Paid,
+    }
+    let select = {
+        let (free, paid) = (Arc::clone(&free), Arc::clone(&paid));
+        move |parts: &Parts| match parts.extensions.get::<Tier>() {
+            Some(Tier::Free) => Ok(Arc::clone(&free)),
+            Some(Tier::Paid) => Ok(Arc::clone(&paid)),
+            None => Err(MissingMetadata::new("tier")),
+        }
+    };
+    let async_select = {
+        let select = select.clone();
+        move |parts: &Parts| {
+            let chosen = select(parts);
+            async move {
+                tokio::task::yield_now().await;
+                chosen
+            }
+        }
+    };
+    for layer in [
+        RateLimitLayer::from_shared(store())
+            .check_selected(select.clone(), client_key(Arc::clone(&hasher))),
+        RateLimitLayer::from_shared(store())
+            .check_selected_async(async_select, client_key(Arc::clone(&hasher))),
+    ] {
+        let service = layer.layer(handler(
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(Mutex::new(None)),
+        ));
+        let tiered = |tier: Option<Tier>| {
+            let mut request = request("net-i", "x");
+            if let Some(tier) = tier {
+                request.extensions_mut().insert(tier);
+            }
+            request
+        };
+        let statuses = async {
+            let mut statuses = Vec::new();
+            for tier in [
+                Tier::Free,
+                Tier::Free,
+                Tier::Paid,
+                Tier::Paid,
+                Tier::Paid,
+                Tier::Paid,
+            ] {
+                statuses.push(
+                    service
+                        .clone()
+                        .oneshot(tiered(Some(tier)))
+                        .await
+                        .expect("ok")
+                        .status(),
+                );
+            }
+            statuses
+        }
+        .await;
+        use StatusCode as S;
+        assert_eq!(
+            statuses,
+            [
+                S::OK,
+                S::TOO_MANY_REQUESTS,
+                S::OK,
+                S::OK,
+                S::OK,
+                S::TOO_MANY_REQUESTS
+            ]
+        );
+        let untiered = service.clone().oneshot(tiered(None)).await.expect("ok");
+        assert_eq!(untiered.status(), S::INTERNAL_SERVER_ERROR);
+    }
+}
+
+#[tokio::test]
+async fn capacity_denials_answer_503() {
+    let limiter = Arc::new(
+        MemoryStore::new(MemoryStoreConfig::new(1).expect("valid")).with_clock(ManualClock::new()),
+    );
+    let layer =
+        RateLimitLayer::from_shared(limiter).check(policy("client", 5), client_key(hasher()));
+    let service = layer.layer(handler(
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(Mutex::new(None)),
+    ));
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("net-j", "x"))
+            .await
+            .expect("ok")
+            .status(),
+        StatusCode::OK
+    );
+    let full = service.oneshot(request("net-k", "x")).await.expect("ok");
+    assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(full.headers()["retry-after"], "60");
+}
+
+#[tokio::test]
+async fn custom_mappers_own_the_response() {
+    let layer = RateLimitLayer::from_shared(store())
+        .check(policy("client", 1), client_key(hasher()))
+        .rejection_mapper(|rejection: &Rejection<'_>| {
+            let status = match rejection {
+                Rejection::QuotaExceeded { .. } => StatusCode::IM_A_TEAPOT,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            Response::builder()
+                .status(status)
+                .body(Body::from("custom"))
+                .expect("response")
+        });
+    let service = layer.layer(handler(
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(Mutex::new(None)),
+    ));
+    service
+        .clone()
+        .oneshot(request("net-l", "x"))
+        .await
+        .expect("ok");
+    let denied = service.oneshot(request("net-l", "x")).await.expect("ok");
+    assert_eq!(denied.status(), StatusCode::IM_A_TEAPOT);
+    assert_eq!(body_text(denied).await, "custom");
+}
+
+/// An inner service that panics when called on an instance nobody polled ready.
+#[derive(Clone, Default)]
+struct ReadinessChecked {
+    ready: bool,
+}
+
+impl Service<Request<Body>> for ReadinessChecked {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.ready = true;
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<Body>) -> Self::Future {
+        assert!(self.ready, "called an instance that was not polled ready");
+        self.ready = false;
+        std::future::ready(Ok(Response::new(Body::empty())))
+    }
+}
+
+#[tokio::test]
+async fn the_instance_polled_ready_is_the_one_called() {
+    let layer =
+        RateLimitLayer::from_shared(store()).check(policy("client", 10), client_key(hasher()));
+    let mut service = layer.layer(ReadinessChecked::default());
+    for _ in 0..3 {
+        let ready = service.ready().await.expect("ready");
+        let response = ready.call(request("net-m", "x")).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn layer_and_service_are_send_and_sync() {
+    assert_send_sync::<RateLimitLayer<MemoryStore>>();
+    assert_send_sync::<
+        runlimit_axum::RateLimitService<
+            ReadinessChecked,
+            MemoryStore,
+            runlimit_axum::DefaultRejection,
+        >,
+    >();
+}

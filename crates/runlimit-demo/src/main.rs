@@ -1,0 +1,320 @@
+//! Runlimit demo: an Axum login API guarded by a client limit and an identity
+//! limit, driven by a short simulated credential-stuffing burst over real HTTP.
+//!
+//! ```text
+//! cargo run -p runlimit-demo                      # one replica, memory backend
+//! cargo run -p runlimit-demo -- --replicas 3      # three routers sharing one backend
+//! ```
+//!
+//! The load generator plays the role of a trusted reverse proxy: it connects
+//! from loopback and names the attacking network in `X-Forwarded-For`. The
+//! service trusts that header *only* because the peer is loopback, which is the
+//! application-owned trusted-proxy decision Runlimit deliberately leaves to
+//! applications (see `resolve_client`).
+
+use std::{
+    collections::BTreeMap,
+    error::Error,
+    net::{IpAddr, SocketAddr},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    extract::{ConnectInfo, Request},
+    middleware::{self, Next},
+    response::Response,
+    routing::post,
+};
+use http::{StatusCode, request::Parts};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use runlimit_axum::{MissingMetadata, RateLimitLayer};
+use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId, SubjectKey};
+use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+
+/// The client address the trusted-proxy middleware established.
+#[derive(Debug, Clone, Copy)]
+struct ClientAddress(IpAddr);
+
+/// The normalized account a login request names.
+#[derive(Debug, Clone)]
+struct LoginAccount(String);
+
+struct Options {
+    replicas: usize,
+}
+
+fn parse_options() -> Result<Options, String> {
+    let mut options = Options { replicas: 1 };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--replicas" => {
+                options.replicas = args
+                    .next()
+                    .and_then(|value| value.parse().ok())
+                    .filter(|replicas| (1..=16).contains(replicas))
+                    .ok_or("--replicas needs a number from 1 to 16")?;
+            }
+            "--database-url" | "--redis-url" => {
+                return Err(format!(
+                    "{arg}: this build has only the memory backend; the shared PostgreSQL and \
+                     Redis backends are on the roadmap"
+                ));
+            }
+            "-h" | "--help" => {
+                return Err("usage: runlimit-demo [--replicas N]".to_owned());
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    Ok(options)
+}
+
+/// Trusted-proxy handling, owned by the application: believe `X-Forwarded-For`
+/// only from a peer we know is our proxy (here: loopback), otherwise use the TCP
+/// peer. The rate-limit layer then keys on the extension, never on the header.
+async fn resolve_client(mut request: Request, next: Next) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    if let Some(peer) = peer {
+        let forwarded = request
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(',').next_back())
+            .and_then(|value| value.trim().parse::<IpAddr>().ok());
+        let client = match forwarded {
+            Some(forwarded) if peer.is_loopback() => forwarded,
+            _ => peer,
+        };
+        request.extensions_mut().insert(ClientAddress(client));
+    }
+    // Identity normalization is application-owned too: trim and lowercase.
+    if let Some(account) = request.uri().query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("account="))
+    }) {
+        let account = account.trim().to_lowercase();
+        request.extensions_mut().insert(LoginAccount(account));
+    }
+    next.run(request).await
+}
+
+fn router(limiter: Arc<MemoryStore>, hasher: Arc<KeyHasher>) -> Result<Router, Box<dyn Error>> {
+    let client_policy = FixedWindowPolicy::new(
+        PolicyId::new("auth.login")?,
+        ScopeId::new("client")?,
+        40,
+        Duration::from_secs(60),
+    )?;
+    let identity_policy = FixedWindowPolicy::new(
+        PolicyId::new("auth.login")?,
+        ScopeId::new("identity")?,
+        8,
+        Duration::from_secs(60),
+    )?;
+    let client_hasher = Arc::clone(&hasher);
+    let client_key =
+        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+            let ClientAddress(address) = parts
+                .extensions
+                .get::<ClientAddress>()
+                .ok_or(MissingMetadata::new("client address"))?;
+            // Aggregate IPv6 clients by /64, the smallest block one subscriber gets.
+            let subject = match address {
+                IpAddr::V4(v4) => format!("client-network:{v4}"),
+                IpAddr::V6(v6) => {
+                    let s = v6.segments();
+                    format!(
+                        "client-network:{:x}:{:x}:{:x}:{:x}::/64",
+                        s[0], s[1], s[2], s[3]
+                    )
+                }
+            };
+            Ok(client_hasher.hash_for(policy, subject.as_bytes()))
+        };
+    let identity_key =
+        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+            let LoginAccount(account) = parts
+                .extensions
+                .get::<LoginAccount>()
+                .ok_or(MissingMetadata::new("login account"))?;
+            Ok(hasher.hash_for(policy, account.as_bytes()))
+        };
+    let limits = RateLimitLayer::from_shared(limiter)
+        .check(client_policy, client_key)
+        .check(identity_policy, identity_key);
+    Ok(Router::new()
+        .route(
+            "/login",
+            post(|| async { (StatusCode::UNAUTHORIZED, "invalid credentials") }),
+        )
+        .layer(limits)
+        .layer(middleware::from_fn(resolve_client)))
+}
+
+struct Tally {
+    requests: usize,
+    denied_by: BTreeMap<String, usize>,
+    by_status: BTreeMap<u16, usize>,
+    samples: BTreeMap<u16, Vec<String>>,
+}
+
+async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<axum::body::Bytes>>();
+    let attackers = [
+        "198.51.100.7",
+        "203.0.113.9",
+        "192.0.2.44",
+        "2001:db8:7:1::5",
+    ];
+    let mut tally = Tally {
+        requests: 0,
+        denied_by: BTreeMap::new(),
+        by_status: BTreeMap::new(),
+        samples: BTreeMap::new(),
+    };
+    for round in 0..50 {
+        for (index, network) in attackers.iter().enumerate() {
+            // Three networks spray thirty accounts (the client limit catches
+            // them); the fourth hammers one account with rotating capitalization
+            // (the identity limit catches it after normalization).
+            let account = if index == 3 {
+                if round % 2 == 0 {
+                    "Alice@Example.test".to_owned()
+                } else {
+                    "alice@example.test".to_owned()
+                }
+            } else {
+                format!("user{}@example.test", (round * 3 + index) % 30)
+            };
+            let address = addresses[(round * attackers.len() + index) % addresses.len()];
+            let request = http::Request::post(format!("http://{address}/login?account={account}"))
+                .header("x-forwarded-for", *network)
+                .body(Empty::new())?;
+            let response = client.request(request).await?;
+            let status = response.status().as_u16();
+            tally.requests += 1;
+            *tally.by_status.entry(status).or_default() += 1;
+            if status == 429 {
+                // The denied policy is the one the 429's RateLimit field names.
+                let policy = response
+                    .headers()
+                    .get("ratelimit")
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.split('"').nth(1))
+                    .unwrap_or("unknown")
+                    .to_owned();
+                *tally.denied_by.entry(policy).or_default() += 1;
+            }
+            let samples = tally.samples.entry(status).or_default();
+            if samples.is_empty() {
+                for name in ["ratelimit-policy", "ratelimit", "retry-after"] {
+                    if let Some(value) = response.headers().get(name).and_then(|v| v.to_str().ok())
+                    {
+                        samples.push(format!("{name}: {value}"));
+                    }
+                }
+            }
+            response.into_body().collect().await?;
+        }
+    }
+    Ok(tally)
+}
+
+async fn run(options: Options) -> Result<(), Box<dyn Error>> {
+    // A real deployment loads this from secret storage; every replica shares it.
+    let hasher = Arc::new(KeyHasher::new(
+        b"demo secret: use 32+ random bytes from a vault",
+    )?);
+    // One backend shared by every replica, as PostgreSQL or Redis would be.
+    let limiter = Arc::new(MemoryStore::new(
+        MemoryStoreConfig::new(50_000)?.with_shard_count(16)?,
+    ));
+    let mut addresses = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..options.replicas {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        addresses.push(listener.local_addr()?);
+        let app = router(Arc::clone(&limiter), Arc::clone(&hasher))?;
+        servers.push(tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        }));
+    }
+    let tally = drive(&addresses).await?;
+    for server in servers {
+        server.abort();
+    }
+
+    println!("Runlimit demo: credential-stuffing burst against POST /login");
+    println!(
+        "  backend: memory (one store shared by {} router replica(s) on {})",
+        options.replicas,
+        addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  policies: auth.login/client 40 per 60 s, auth.login/identity 8 per 60 s (one atomic batch)"
+    );
+    println!("  requests: {}", tally.requests);
+    for (status, count) in &tally.by_status {
+        let meaning = match *status {
+            401 => "reached the handler (wrong password)",
+            429 => "denied by a rate limit before the handler",
+            503 => "refused: limiter unavailable or at capacity",
+            _ => "other",
+        };
+        let reason = StatusCode::from_u16(*status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        println!("  {status} {reason}: {count} ({meaning})");
+        if *status == 429 {
+            for (policy, count) in &tally.denied_by {
+                println!("      {count} by {policy}");
+            }
+        }
+        for sample in tally.samples.get(status).into_iter().flatten() {
+            println!("      sample {sample}");
+        }
+    }
+    let allowed = tally.by_status.get(&401).copied().unwrap_or_default();
+    let denied = tally.by_status.get(&429).copied().unwrap_or_default();
+    println!("  summary: {allowed} allowed, {denied} denied");
+    if allowed == 0 || denied == 0 {
+        return Err("expected both admitted and denied requests".into());
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = match parse_options() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(options).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
