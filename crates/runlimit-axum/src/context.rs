@@ -1,33 +1,38 @@
 //! What the layer tells downstream handlers about admitted requests.
 
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
 use runlimit_core::Decision;
 use runlimit_http::draft_11::PolicyName;
 
+use crate::layer::PolicyMeta;
+
 /// One policy a request was admitted under.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct AppliedPolicy {
-    name: PolicyName,
+    meta: Arc<PolicyMeta>,
     decision: Decision,
-    advertised: Option<runlimit_http::draft_11::QuotaPolicy>,
 }
 
+impl PartialEq for AppliedPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        self.meta.name == other.meta.name && self.decision == other.decision
+    }
+}
+
+impl Eq for AppliedPolicy {}
+
 impl AppliedPolicy {
-    pub(crate) fn new(
-        name: PolicyName,
-        decision: Decision,
-        advertised: Option<runlimit_http::draft_11::QuotaPolicy>,
-    ) -> Self {
-        Self {
-            name,
-            decision,
-            advertised,
-        }
+    pub(crate) fn new(meta: Arc<PolicyMeta>, decision: Decision) -> Self {
+        Self { meta, decision }
     }
 
     /// The policy's name, as in the `RateLimit` fields.
     #[must_use]
     pub fn name(&self) -> &PolicyName {
-        &self.name
+        &self.meta.name
     }
 
     /// The decision: allowed, or shadow-denied (enforced denials never reach
@@ -38,7 +43,7 @@ impl AppliedPolicy {
     }
 
     pub(crate) fn advertised(&self) -> Option<&runlimit_http::draft_11::QuotaPolicy> {
-        self.advertised.as_ref()
+        self.meta.advertised.as_ref()
     }
 }
 
@@ -62,7 +67,8 @@ impl AppliedPolicy {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimitContext {
-    policies: Vec<AppliedPolicy>,
+    // Inline for the common one or two policies: no allocation per request.
+    policies: SmallVec<[AppliedPolicy; 2]>,
 }
 
 impl RateLimitContext {

@@ -2,9 +2,10 @@
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc};
 
+use http::HeaderValue;
 use http::request::Parts;
 use runlimit_core::{Limiter, Policy};
-use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy};
+use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy, policy_field};
 use tower_layer::Layer;
 
 use crate::{
@@ -19,13 +20,27 @@ type SyncSelector<P> = Arc<dyn Fn(&Parts) -> Selected<P> + Send + Sync>;
 type AsyncSelector<P> =
     Arc<dyn Fn(&Parts) -> Pin<Box<dyn Future<Output = Selected<P>> + Send>> + Send + Sync>;
 
+/// A policy's name and advertisement, computed once per policy.
+#[derive(Debug)]
+pub(crate) struct PolicyMeta {
+    pub(crate) name: PolicyName,
+    pub(crate) advertised: Option<QuotaPolicy>,
+}
+
+impl PolicyMeta {
+    pub(crate) fn of<P: Policy + Advertise>(policy: &P) -> Arc<Self> {
+        let name = PolicyName::of(policy);
+        let advertised = policy.quota_policy(name.clone()).ok();
+        Arc::new(Self { name, advertised })
+    }
+}
+
 /// Where a check's policy comes from.
 pub(crate) enum PolicySource<P> {
-    /// One pre-validated policy, with its name and advertisement computed once.
+    /// One pre-validated policy, with its metadata computed once.
     Fixed {
         policy: Arc<P>,
-        name: PolicyName,
-        advertised: Option<QuotaPolicy>,
+        meta: Arc<PolicyMeta>,
     },
     /// Chosen per request, synchronously.
     Select(SyncSelector<P>),
@@ -36,14 +51,9 @@ pub(crate) enum PolicySource<P> {
 impl<P> Clone for PolicySource<P> {
     fn clone(&self) -> Self {
         match self {
-            Self::Fixed {
-                policy,
-                name,
-                advertised,
-            } => Self::Fixed {
+            Self::Fixed { policy, meta } => Self::Fixed {
                 policy: Arc::clone(policy),
-                name: name.clone(),
-                advertised: advertised.clone(),
+                meta: Arc::clone(meta),
             },
             Self::Select(select) => Self::Select(Arc::clone(select)),
             Self::SelectAsync(select) => Self::SelectAsync(Arc::clone(select)),
@@ -76,6 +86,27 @@ pub(crate) struct Config<L: Limiter, M> {
     pub(crate) failure: FailureMode,
     pub(crate) mapper: Arc<M>,
     pub(crate) response_fields: bool,
+    /// `RateLimit-Policy` for a layer whose policies are all fixed, encoded once.
+    pub(crate) static_policy_field: Option<HeaderValue>,
+}
+
+impl<L: Limiter, M> Config<L, M> {
+    /// Encodes `RateLimit-Policy` once when every policy is fixed.
+    fn with_static_policy_field(mut self) -> Self {
+        let advertised: Option<Vec<QuotaPolicy>> = self
+            .rules
+            .iter()
+            .map(|rule| match &rule.source {
+                PolicySource::Fixed { meta, .. } => Some(meta.advertised.clone()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|all| all.into_iter().flatten().collect());
+        self.static_policy_field = advertised
+            .and_then(|policies| policy_field(&policies).ok())
+            .map(|(_, value)| value);
+        self
+    }
 }
 
 impl<L: Limiter, M> Clone for Config<L, M> {
@@ -87,6 +118,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             failure: self.failure.clone(),
             mapper: Arc::clone(&self.mapper),
             response_fields: self.response_fields,
+            static_policy_field: self.static_policy_field.clone(),
         }
     }
 }
@@ -183,6 +215,7 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
                 failure: FailureMode::default(),
                 mapper: Arc::new(DefaultRejection),
                 response_fields: true,
+                static_policy_field: None,
             },
         }
     }
@@ -202,14 +235,9 @@ where
         extractor: impl KeyExtractor<L::Policy>,
     ) -> Self {
         let policy = policy.into();
-        let name = PolicyName::of(&*policy);
-        let advertised = policy.quota_policy(name.clone()).ok();
+        let meta = PolicyMeta::of(&*policy);
         self.config.rules.push(Rule {
-            source: PolicySource::Fixed {
-                policy,
-                name,
-                advertised,
-            },
+            source: PolicySource::Fixed { policy, meta },
             extractor: Arc::new(extractor),
         });
         self
@@ -298,6 +326,7 @@ where
                 failure,
                 mapper: Arc::new(mapper),
                 response_fields,
+                static_policy_field: None,
             },
         }
     }
@@ -329,6 +358,9 @@ impl<S, L: Limiter, M> Layer<S> for RateLimitLayer<L, M> {
     type Service = RateLimitService<S, L, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(inner, Arc::new(self.config.clone()))
+        RateLimitService::new(
+            inner,
+            Arc::new(self.config.clone().with_static_policy_field()),
+        )
     }
 }

@@ -7,17 +7,18 @@ use std::{
 };
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
-use runlimit_core::{BatchDecision, Check, Decision, Limiter};
+use runlimit_core::{BatchDecision, Check, Decision, Denial, Limiter};
 use runlimit_http::draft_11::{
-    Advertise, PolicyName, QuotaPolicy, QuotaStatus, policy_field, status_field,
+    Advertise, PolicyName, QuotaPolicy, RATELIMIT_POLICY, policy_field, status_field_for,
 };
+use smallvec::SmallVec;
 use tower_service::Service;
 
 use crate::{
     context::{AppliedPolicy, RateLimitContext},
     extract::MissingMetadata,
     future::ResponseFuture,
-    layer::{Config, PolicySource},
+    layer::{Config, PolicyMeta, PolicySource},
     rejection::{Rejection, RejectionMapper},
 };
 
@@ -78,12 +79,52 @@ where
     }
 }
 
-/// The policy a request resolved for one check.
-struct Resolved<P> {
-    policy: Arc<P>,
-    name: PolicyName,
-    advertised: Option<QuotaPolicy>,
+/// The policy a request resolved for one check: borrowed from the layer for
+/// fixed policies, owned when selected per request.
+struct Resolved<'a, P> {
+    policy: PolicyRef<'a, P>,
+    meta: MetaRef<'a>,
 }
+
+enum PolicyRef<'a, P> {
+    Fixed(&'a P),
+    Selected(Arc<P>),
+}
+
+impl<P> std::ops::Deref for PolicyRef<'_, P> {
+    type Target = P;
+
+    fn deref(&self) -> &P {
+        match self {
+            Self::Fixed(policy) => policy,
+            Self::Selected(policy) => policy,
+        }
+    }
+}
+
+enum MetaRef<'a> {
+    Fixed(&'a Arc<PolicyMeta>),
+    Selected(Arc<PolicyMeta>),
+}
+
+impl MetaRef<'_> {
+    fn name(&self) -> &PolicyName {
+        match self {
+            Self::Fixed(meta) => &meta.name,
+            Self::Selected(meta) => &meta.name,
+        }
+    }
+
+    fn into_owned(self) -> Arc<PolicyMeta> {
+        match self {
+            Self::Fixed(meta) => Arc::clone(meta),
+            Self::Selected(meta) => meta,
+        }
+    }
+}
+
+/// Rules per layer that stay on the stack; more spill to the heap.
+const INLINE_RULES: usize = 2;
 
 async fn admit<S, L, M, ReqBody, ResBody>(
     config: Arc<Config<L, M>>,
@@ -109,17 +150,12 @@ where
 
     // Resolve every policy before touching the backend: selection failures never
     // consume quota and never fail open.
-    let mut resolved = Vec::with_capacity(config.rules.len());
+    let mut resolved: SmallVec<[Resolved<'_, L::Policy>; INLINE_RULES]> = SmallVec::new();
     for rule in &config.rules {
         let policy = match &rule.source {
-            PolicySource::Fixed {
-                policy,
-                name,
-                advertised,
-            } => Ok(Resolved {
-                policy: Arc::clone(policy),
-                name: name.clone(),
-                advertised: advertised.clone(),
+            PolicySource::Fixed { policy, meta } => Ok(Resolved {
+                policy: PolicyRef::Fixed(&**policy),
+                meta: MetaRef::Fixed(meta),
             }),
             PolicySource::Select(select) => select(&parts).map(resolve),
             PolicySource::SelectAsync(select) => select(&parts).await.map(resolve),
@@ -135,28 +171,26 @@ where
         }
     }
 
-    let mut checks = Vec::with_capacity(resolved.len());
+    let mut checks: SmallVec<[Check<'_, L::Policy>; INLINE_RULES]> = SmallVec::new();
     for (rule, policy) in config.rules.iter().zip(&resolved) {
         match rule.extractor.extract(&parts, &policy.policy) {
             Ok(key) => checks.push(Check::new(&*policy.policy, key)),
             Err(missing) => {
                 return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-                    policy: Some(&policy.name),
+                    policy: Some(policy.meta.name()),
                     missing,
                 }));
             }
         }
     }
 
+    // One check needs no batch; several are one atomic batch.
     let outcome = match checks.as_slice() {
-        [single] => config
-            .limiter
-            .check(single)
-            .await
-            .map(|decision| BatchDecision::from_decisions(vec![decision])),
-        all => config.limiter.check_all(all).await,
+        [single] => config.limiter.check(single).await.map(Outcome::Single),
+        all => config.limiter.check_all(all).await.map(Outcome::Batch),
     };
-    let applied: Vec<AppliedPolicy> = match outcome {
+    drop(checks);
+    let applied: SmallVec<[AppliedPolicy; INLINE_RULES]> = match outcome {
         Err(error) => {
             if config.failure.admits_after(&error) {
                 return inner.call(Request::from_parts(parts, body)).await;
@@ -165,39 +199,44 @@ where
                 .mapper
                 .respond(&Rejection::BackendFailure { error: &error }));
         }
-        Ok(BatchDecision::Allowed(decisions)) => resolved
+        Ok(Outcome::Single(decision)) => match decision.denial() {
+            Some(denial) if decision.is_denied() => {
+                return Ok(config
+                    .mapper
+                    .respond(&rejection(resolved[0].meta.name(), denial)));
+            }
+            _ => resolved
+                .into_iter()
+                .map(|policy| AppliedPolicy::new(policy.meta.into_owned(), decision))
+                .collect(),
+        },
+        Ok(Outcome::Batch(BatchDecision::Allowed(decisions))) => resolved
             .into_iter()
             .zip(decisions)
-            .map(|(policy, decision)| AppliedPolicy::new(policy.name, decision, policy.advertised))
+            .map(|(policy, decision)| AppliedPolicy::new(policy.meta.into_owned(), decision))
             .collect(),
-        Ok(BatchDecision::ShadowDenied { index, denial }) => {
+        Ok(Outcome::Batch(BatchDecision::ShadowDenied { index, denial })) => {
             // A shadow-denied batch consumed nothing; only the denying check has
             // a decision to report.
-            let Ok(decision) = Decision::shadow_denied(denial) else {
-                return Ok(config.mapper.respond(&Rejection::StorageCapacity {
-                    policy: &resolved[index].name,
-                    retry_after: denial.retry_after(),
-                }));
-            };
-            let policy = resolved.swap_remove(index);
-            vec![AppliedPolicy::new(policy.name, decision, policy.advertised)]
-        }
-        Ok(BatchDecision::Denied { index, denial }) => {
-            let policy = &resolved[index].name;
-            let rejection = if denial.is_storage_capacity() {
-                Rejection::StorageCapacity {
-                    policy,
-                    retry_after: denial.retry_after(),
+            match Decision::shadow_denied(denial) {
+                Ok(decision) => {
+                    let policy = resolved.swap_remove(index);
+                    std::iter::once(AppliedPolicy::new(policy.meta.into_owned(), decision))
+                        .collect()
                 }
-            } else {
-                Rejection::QuotaExceeded {
-                    policy,
-                    denial: &denial,
+                Err(_) => {
+                    return Ok(config
+                        .mapper
+                        .respond(&rejection(resolved[index].meta.name(), &denial)));
                 }
-            };
-            return Ok(config.mapper.respond(&rejection));
+            }
         }
-        Ok(_) => {
+        Ok(Outcome::Batch(BatchDecision::Denied { index, denial })) => {
+            return Ok(config
+                .mapper
+                .respond(&rejection(resolved[index].meta.name(), &denial)));
+        }
+        Ok(Outcome::Batch(_)) => {
             // An outcome this version does not know: fail closed.
             let error = MissingMetadata::new("unrecognized batch decision");
             return Ok(config
@@ -206,62 +245,91 @@ where
         }
     };
 
-    let fields = config
-        .response_fields
-        .then(|| fields_for(&applied))
-        .flatten();
-    let mut context = parts
-        .extensions
-        .remove::<RateLimitContext>()
-        .unwrap_or_default();
-    context.extend(applied);
-    parts.extensions.insert(context);
-    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-    if let Some(fields) = fields {
-        prepend(response.headers_mut(), fields);
+    let fields = if config.response_fields {
+        fields_for(&applied, config.static_policy_field.as_ref())
+    } else {
+        SmallVec::new()
+    };
+    match parts.extensions.get_mut::<RateLimitContext>() {
+        Some(context) => context.extend(applied),
+        None => {
+            let mut context = RateLimitContext::default();
+            context.extend(applied);
+            parts.extensions.insert(context);
+        }
     }
+    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+    prepend(response.headers_mut(), fields);
     Ok(response)
 }
 
-fn resolve<P: runlimit_core::Policy + Advertise>(policy: Arc<P>) -> Resolved<P> {
-    let name = PolicyName::of(&*policy);
-    let advertised = policy.quota_policy(name.clone()).ok();
-    Resolved {
-        policy,
-        name,
-        advertised,
+/// What the backend answered for this layer's checks.
+enum Outcome {
+    Single(Decision),
+    Batch(BatchDecision),
+}
+
+fn rejection<'a>(name: &'a PolicyName, denial: &'a Denial) -> Rejection<'a> {
+    if denial.is_storage_capacity() {
+        Rejection::StorageCapacity {
+            policy: name,
+            retry_after: denial.retry_after(),
+        }
+    } else {
+        Rejection::QuotaExceeded {
+            policy: name,
+            denial,
+        }
     }
 }
 
+fn resolve<'a, P: runlimit_core::Policy + Advertise>(policy: Arc<P>) -> Resolved<'a, P> {
+    let meta = PolicyMeta::of(&*policy);
+    Resolved {
+        policy: PolicyRef::Selected(policy),
+        meta: MetaRef::Selected(meta),
+    }
+}
+
+type Fields = SmallVec<[(HeaderName, HeaderValue); 2]>;
+
 /// This layer's `RateLimit-Policy` and `RateLimit` values.
-fn fields_for(applied: &[AppliedPolicy]) -> Option<Vec<(HeaderName, HeaderValue)>> {
-    let policies: Vec<QuotaPolicy> = applied
-        .iter()
-        .filter_map(|policy| policy.advertised().cloned())
-        .collect();
-    let statuses: Vec<QuotaStatus> = applied
-        .iter()
-        .filter_map(|policy| {
-            QuotaStatus::from_decision(policy.name().clone(), policy.decision())
-                .ok()
-                .flatten()
-        })
-        .collect();
-    let fields: Vec<_> = [policy_field(&policies), status_field(&statuses)]
-        .into_iter()
-        .filter_map(Result::ok)
-        .collect();
-    (!fields.is_empty()).then_some(fields)
+fn fields_for(applied: &[AppliedPolicy], static_policy: Option<&HeaderValue>) -> Fields {
+    let mut fields = Fields::new();
+    let policy = match static_policy {
+        Some(value) => Some(value.clone()),
+        None => {
+            let advertised: Vec<QuotaPolicy> = applied
+                .iter()
+                .filter_map(|policy| policy.advertised().cloned())
+                .collect();
+            policy_field(&advertised).ok().map(|(_, value)| value)
+        }
+    };
+    if let Some(value) = policy {
+        fields.push((RATELIMIT_POLICY, value));
+    }
+    if let Some(field) = status_field_for(
+        applied
+            .iter()
+            .map(|policy| (policy.name(), policy.decision())),
+    ) {
+        fields.push(field);
+    }
+    fields
 }
 
 /// Puts this layer's field lines before those inner layers added, so members
 /// appear in composition order (outermost first) even though responses travel
 /// inside-out.
-fn prepend(headers: &mut HeaderMap, fields: Vec<(HeaderName, HeaderValue)>) {
+fn prepend(headers: &mut HeaderMap, fields: Fields) {
     for (name, value) in fields {
+        if !headers.contains_key(&name) {
+            headers.insert(name, value);
+            continue;
+        }
         let existing: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
-        headers.remove(&name);
-        headers.append(name.clone(), value);
+        headers.insert(name.clone(), value);
         for value in existing {
             headers.append(name.clone(), value);
         }

@@ -50,7 +50,9 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use runlimit_core::{Decision, FixedWindowPolicy, GcraPolicy, Policy};
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+use std::fmt::Write as _;
+
+use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 
 use crate::FieldError;
 
@@ -85,8 +87,14 @@ fn ceil_seconds(duration: Duration) -> u64 {
 }
 
 /// A policy name: a non-empty RFC 9651 String (printable ASCII).
+///
+/// The name keeps its serialized (quoted and escaped) form, so encoding a field
+/// per response needs no escaping work.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PolicyName(String);
+pub struct PolicyName {
+    name: String,
+    serialized: String,
+}
 
 impl PolicyName {
     /// Validates `name`.
@@ -97,28 +105,32 @@ impl PolicyName {
     /// printable ASCII (`0x20..=0x7E`).
     pub fn new(name: impl Into<String>) -> Result<Self, FieldError> {
         let name = name.into();
-        if name.is_empty() || StringRef::from_str(&name).is_err() {
-            return Err(FieldError::InvalidName);
-        }
-        Ok(Self(name))
+        let serialized = match StringRef::from_str(&name) {
+            Ok(string) if !name.is_empty() => ItemSerializer::new().bare_item(string).finish(),
+            _ => return Err(FieldError::InvalidName),
+        };
+        Ok(Self { name, serialized })
     }
 
     /// `"{policy id}/{scope id}"`, which is always valid because identifiers use
     /// a subset of printable ASCII.
     #[must_use]
     pub fn of<P: Policy + ?Sized>(policy: &P) -> Self {
-        Self(format!("{}/{}", policy.id(), policy.scope()))
+        let name = format!("{}/{}", policy.id(), policy.scope());
+        // Identifiers need no escaping: quoting is all serialization adds.
+        let serialized = format!("\"{name}\"");
+        Self { name, serialized }
     }
 
     /// The name.
     #[must_use]
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     fn as_sf(&self) -> &StringRef {
         // Validated in the constructors; `of` only joins validated identifiers.
-        StringRef::from_str(&self.0).unwrap_or(StringRef::EMPTY)
+        StringRef::from_str(&self.name).unwrap_or(StringRef::EMPTY)
     }
 }
 
@@ -341,6 +353,46 @@ pub fn status_field(statuses: &[QuotaStatus]) -> Result<(HeaderName, HeaderValue
         let _ = item;
     }
     Ok((RATELIMIT, finish(list)?))
+}
+
+/// Encodes `RateLimit` straight from decisions: one member per quota decision
+/// (allowed, denied or shadow-denied), in order; storage-capacity denials and
+/// values beyond RFC 9651 integers are left out. `None` when no member remains.
+///
+/// This is the per-response fast path middleware uses; it produces exactly what
+/// [`status_field`] produces for the equivalent [`QuotaStatus`] values.
+#[must_use]
+pub fn status_field_for<'a>(
+    decisions: impl IntoIterator<Item = (&'a PolicyName, &'a Decision)>,
+) -> Option<(HeaderName, HeaderValue)> {
+    let mut text = String::with_capacity(64);
+    for (name, decision) in decisions {
+        let (remaining, reset) = match (decision.remaining(), decision.reset_after()) {
+            (Some(remaining), Some(reset)) => (remaining, reset),
+            _ => match decision.denial() {
+                Some(denial) if denial.is_quota_exceeded() => {
+                    (0, denial.retry_after().unwrap_or_default())
+                }
+                _ => continue,
+            },
+        };
+        let reset = ceil_seconds(reset);
+        if remaining > MAX_INTEGER || reset > MAX_INTEGER {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(text, "{};r={remaining};t={reset}", name.serialized);
+    }
+    if text.is_empty() {
+        return None;
+    }
+    // Printable ASCII by construction; handing over the buffer avoids a copy.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+        .ok()
+        .map(|value| (RATELIMIT, value))
 }
 
 /// Policies that can be advertised in `RateLimit-Policy`.

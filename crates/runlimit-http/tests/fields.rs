@@ -219,3 +219,33 @@ fn problem_details_serialize_and_round_trip() {
     assert_eq!(back, problem);
     assert_eq!(CONTENT_TYPE, "application/problem+json");
 }
+
+#[test]
+fn the_fast_status_path_matches_the_general_one() {
+    let names = [name("a"), name(r#"q"uote"#), name("cap")];
+    let decisions = [
+        Decision::allowed(10, 3, Duration::from_millis(4_500)).expect("valid"),
+        Decision::shadow_denied(Denial::QuotaExceeded {
+            capacity: 5,
+            retry_after: Duration::from_secs(7),
+        })
+        .expect("quota"),
+        Decision::denied(Denial::StorageCapacity { retry_after: None }),
+    ];
+    let statuses: Vec<QuotaStatus> = names
+        .iter()
+        .zip(&decisions)
+        .filter_map(|(name, decision)| {
+            QuotaStatus::from_decision(name.clone(), decision).expect("in range")
+        })
+        .collect();
+    let general = status_field(&statuses).expect("encodes");
+    let fast =
+        runlimit_http::draft_11::status_field_for(names.iter().zip(&decisions)).expect("some");
+    assert_eq!(fast, general);
+    assert_eq!(fast.1, r#""a";r=3;t=5, "q\"uote";r=0;t=7"#);
+    assert_eq!(
+        runlimit_http::draft_11::status_field_for(names[2..].iter().zip(&decisions[2..])),
+        None
+    );
+}
