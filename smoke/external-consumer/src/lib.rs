@@ -3,6 +3,8 @@
 //! The binaries in `src/bin` hold the README's complete programs verbatim; this
 //! library holds its fragments.
 
+pub mod axum_layer;
+
 /// README "Generic backend API".
 pub mod generic_backend {
     use runlimit_core::{BatchDecision, Check, Limiter};
