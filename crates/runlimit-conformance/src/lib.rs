@@ -503,8 +503,9 @@ where
     T: TimeControl,
 {
     let case = "gcra rounding";
-    // Three units per 10 ms: each replenishes after 3.33… ms.
-    let policy = gcra("rounding", 3, Duration::from_millis(10), 1);
+    // Three units per 10 s: each replenishes after 3.333… s. Seconds rather than
+    // milliseconds keep the case meaningful for backends whose clock runs.
+    let policy = gcra("rounding", 3, Duration::from_secs(10), 1);
     let check = Check::new(&policy, subject(23));
     let allowed = decide(limiter, &check, case).await;
     assert_allowed(case, &allowed, 0);
@@ -512,7 +513,7 @@ where
         case,
         "reset_after",
         allowed.reset_after(),
-        Duration::from_millis(4),
+        Duration::from_millis(3_334),
         time.drift(),
     );
     let denied = decide(limiter, &check, case).await;
@@ -520,14 +521,23 @@ where
         case,
         "retry_after",
         denied.retry_after(),
-        Duration::from_millis(4),
+        Duration::from_millis(3_334),
         time.drift(),
     );
     assert_eq!(
         denied.retry_after_seconds(),
-        Some(1),
+        Some(4),
         "{case}: seconds round up"
     );
+    if time.drift().is_zero() {
+        // With a frozen clock the unit is exactly 3333⅓ ms away: not sooner.
+        time.advance(Duration::from_millis(3_333)).await;
+        assert_quota_denied(case, &decide(limiter, &check, case).await);
+        time.advance(Duration::from_millis(1)).await;
+    } else {
+        time.advance(Duration::from_millis(3_334)).await;
+    }
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
 }
 
 /// A GCRA batch is all-or-nothing and keeps input order.

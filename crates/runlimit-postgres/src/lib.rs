@@ -1,0 +1,174 @@
+//! Replica-safe shared quotas on PostgreSQL.
+//!
+//! `runlimit-postgres` implements [`runlimit_core::Limiter`] on a PostgreSQL
+//! database through SQLx, for quotas that must hold across replicas or survive
+//! restarts. [`PostgresLimiter<FixedWindowPolicy>`](PostgresLimiter) and
+//! [`PostgresLimiter<GcraPolicy>`](PostgresLimiter) have exactly the semantics of
+//! `runlimit-memory`'s `MemoryStore` and `GcraStore`, proven by the same
+//! conformance suite.
+//!
+//! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
+//! [`GcraPolicy`]: runlimit_core::GcraPolicy
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use runlimit_core::{Check, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+//! use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://app@db/app").await?;
+//! let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool, PostgresConfig::default());
+//! limiter.migrate().await?;
+//! let policy = FixedWindowPolicy::new(
+//!     PolicyId::new("auth.login.shared")?,
+//!     ScopeId::new("identity")?,
+//!     8,
+//!     Duration::from_secs(60),
+//! )?;
+//! let decision = limiter.check(&Check::new(&policy, SubjectKey::from_digest([7; 32]))).await?;
+//! # let _ = decision;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # One round trip
+//!
+//! Every check and every atomic batch is a single statement calling a
+//! server-side function (installed by the migrations). It takes
+//! transaction-scoped advisory locks on the counters in ascending order, locks
+//! their rows, samples `pg_catalog.clock_timestamp()` once, decides every check,
+//! reserves capacity for new keys in a 256-shard ledger (shards locked in
+//! ascending order), and writes only when every check is allowed, committing as
+//! the statement ends. The number of statements does not grow with the batch.
+//!
+//! # Time
+//!
+//! PostgreSQL's clock is the authority, and every call is schema-qualified as
+//! `pg_catalog.clock_timestamp()`, so a function earlier on a caller's
+//! `search_path` cannot stand in for it; the functions also pin their own
+//! `search_path` to the schema they were installed in. Durations are measured
+//! on the database clock and can overstate what remains at the caller by commit
+//! and transport latency.
+//!
+//! # Timeouts and failures
+//!
+//! [`PostgresConfig::with_pool_acquire_timeout`] bounds waiting for a pooled
+//! connection; after acquisition the operation gets a fresh
+//! [`operation_timeout`](PostgresConfig::with_operation_timeout) budget, enforced
+//! on the server as `lock_timeout` and on the client as a deadline after which
+//! the connection is closed, never returned to the pool. A cancelled operation
+//! closes its connection the same way. If an application also imposes an outer
+//! timeout, allow for both budgets plus scheduling overhead.
+//!
+//! Errors fail closed. [`CheckError::may_have_consumed_quota`] tells "definitely
+//! not consumed" (nothing sent, or the server rolled back) from "the commit
+//! outcome is unknown" (the connection failed or the deadline passed after
+//! sending); do not blindly retry the latter. [`MaintenanceError`] makes the
+//! same distinction for cleanup.
+//!
+//! # Cardinality and maintenance
+//!
+//! Stored keys are hard-bounded: 256 capacity shards (chosen by the first byte
+//! of the subject key) of at most
+//! [`max_rows_per_shard`](PostgresConfig::with_max_rows_per_shard) rows each
+//! (default 4,096; the database itself refuses more than 65,536, so an older or
+//! foreign writer cannot exceed it). A new key in a full shard is denied with
+//! [`Denial::StorageCapacity`](runlimit_core::Denial); existing keys keep
+//! working and active rows are never evicted. The bound is per shard, so skew can
+//! deny a new key while other shards have room.
+//!
+//! Expiry alone does not free a ledger slot: schedule
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`, which
+//! deletes at most that many expired rows along the expiry index, skipping rows
+//! admissions hold, and returns how many it removed. Monitor shard headroom:
+//!
+//! ```sql
+//! SELECT counter_table, max(used) AS fullest_shard, sum(used) AS rows
+//! FROM runlimit_capacity_ledger GROUP BY counter_table;
+//! ```
+//!
+//! # Vacuum and fillfactor
+//!
+//! The counter tables are update-heavy: each admission after a row's insert
+//! leaves a dead tuple. In-window increments can be HOT updates (the tables use
+//! fillfactor 80 to leave room for them); renewing a window or advancing a GCRA
+//! arrival time changes an indexed column and cannot. Tune autovacuum for churn,
+//! for example:
+//!
+//! ```sql
+//! ALTER TABLE runlimit_fixed_windows SET (
+//!     autovacuum_vacuum_threshold = 500,
+//!     autovacuum_vacuum_scale_factor = 0.01,
+//!     autovacuum_analyze_threshold = 500,
+//!     autovacuum_analyze_scale_factor = 0.02
+//! );
+//! ```
+//!
+//! and watch live and dead tuples, the HOT ratio and relation sizes:
+//!
+//! ```sql
+//! SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, last_autovacuum,
+//!        pg_size_pretty(pg_relation_size(relid)) AS heap,
+//!        pg_size_pretty(pg_indexes_size(relid)) AS indexes
+//! FROM pg_stat_user_tables
+//! WHERE relid IN ('runlimit_fixed_windows'::regclass, 'runlimit_gcra'::regclass);
+//! ```
+//!
+//! Alert when dead tuples or sizes keep rising across completed autovacuums while
+//! live rows are stable, and look for long-running transactions holding back
+//! cleanup before adding vacuum capacity.
+//!
+//! # Advisory-lock namespace
+//!
+//! The functions use `pg_advisory_xact_lock(bigint)` with ids derived from
+//! counter keys. Advisory locks are database-wide and shared by every role: an
+//! unrelated session holding the same number can delay a counter until the
+//! operation timeout. Use a dedicated database, or make sure untrusted roles
+//! cannot call the advisory-lock functions.
+//!
+//! # Migrations
+//!
+//! [`migrate`] (and [`PostgresLimiter::migrate`]) apply the bundled migrations
+//! with `set_ignore_missing(true)`, so they coexist with the application's own
+//! migrations in one `_sqlx_migrations` table; every migrator sharing it must do
+//! the same. [`MIGRATOR`] keeps SQLx's strict default for databases Runlimit owns
+//! alone. Applications that must keep a strict migrator of their own can vendor
+//! the exact statements ([`CREATE_RUNLIMIT_FIXED_WINDOWS_SQL`] and the other
+//! `*_SQL` constants) as their own migrations.
+//!
+//! # Durability
+//!
+//! Commits are durable by default.
+//! [`with_relaxed_durability`](PostgresConfig::with_relaxed_durability) commits
+//! the limiter's transactions with `synchronous_commit = off`: faster, but a
+//! server crash can forget the last moments of admissions.
+//!
+//! # Production topology
+//!
+//! Use PostgreSQL for authoritative shared identity, account or global limits,
+//! and keep a coarse hard-bounded `runlimit-memory` gate in front of it as the
+//! first-line client and cardinality filter that protects request parsing and
+//! the connection pool. Give the two gates distinct policy ids. Every replica
+//! sharing the database must use the same policies, subject normalization and
+//! HMAC secret; readiness checks should verify the database a fail-closed path
+//! depends on.
+
+mod config;
+mod error;
+mod limiter;
+mod migrate;
+
+pub use config::{
+    CAPACITY_SHARDS, ConfigError, DEFAULT_ROWS_PER_SHARD, MAX_BATCH_SIZE, MAX_ROWS_PER_SHARD,
+    PostgresConfig,
+};
+pub use error::{CheckError, MaintenanceError};
+pub use limiter::{PgPolicy, PostgresLimiter};
+pub use migrate::{
+    BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL, CREATE_RUNLIMIT_FIXED_WINDOWS_SQL,
+    CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL, MIGRATOR,
+    SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
+};

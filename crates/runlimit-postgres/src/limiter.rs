@@ -1,0 +1,614 @@
+//! The PostgreSQL limiter.
+
+use std::{
+    fmt,
+    marker::PhantomData,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use runlimit_core::{
+    AdmissionObservation, AdmissionOutcome, BatchDecision, Check, CleanupObservation, Consumption,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy,
+    PolicyLabel, QuotaMode, notify, validate_batch,
+};
+use sqlx::{PgConnection, PgPool, Row, pool::PoolConnection, postgres::Postgres};
+
+use crate::{
+    config::PostgresConfig,
+    error::{CheckError, MaintenanceError, classify, classify_maintenance},
+    migrate::migrate,
+};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for runlimit_core::FixedWindowPolicy {}
+    impl Sealed for runlimit_core::GcraPolicy {}
+}
+
+/// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`] and
+/// [`GcraPolicy`]. Sealed.
+pub trait PgPolicy: Policy + sealed::Sealed + 'static {
+    /// The cleanup function for this policy's table.
+    #[doc(hidden)]
+    const CLEANUP: &'static str;
+
+    /// Decides every check in one statement and returns one decision per check,
+    /// in input order, having changed nothing unless every check was allowed.
+    #[doc(hidden)]
+    fn decide(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        config: &PostgresConfig,
+    ) -> impl Future<Output = Result<Vec<Decision>, sqlx::Error>> + Send;
+}
+
+/// A quota shared by every replica connected to one PostgreSQL database.
+///
+/// Each [`check`](Limiter::check) or [`check_all`](Limiter::check_all) is a
+/// single statement, a single round trip: a server-side function takes
+/// advisory locks on the counters in a global order, locks their rows, reserves
+/// capacity for new keys in the 256-shard ledger, decides every check against
+/// one `pg_catalog.clock_timestamp()` sample, and writes only if the whole batch
+/// is allowed. See the [crate documentation](crate) for operations.
+///
+/// `PostgresLimiter<FixedWindowPolicy>` (the default) and
+/// `PostgresLimiter<GcraPolicy>` share one pool and schema but separate tables.
+pub struct PostgresLimiter<P = FixedWindowPolicy> {
+    pool: PgPool,
+    config: PostgresConfig,
+    observer: Option<Arc<dyn Observer>>,
+    policy: PhantomData<fn() -> P>,
+}
+
+impl<P> Clone for PostgresLimiter<P> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            config: self.config,
+            observer: self.observer.clone(),
+            policy: PhantomData,
+        }
+    }
+}
+
+impl<P> fmt::Debug for PostgresLimiter<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresLimiter")
+            .field("policy", &std::any::type_name::<P>())
+            .field("config", &self.config)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Returns the connection to the pool only when its last operation finished
+/// cleanly; otherwise (timeout, cancellation, broken connection) closes it, so
+/// no connection in an unknown state is ever reused.
+struct ConnectionGuard(Option<PoolConnection<Postgres>>);
+
+impl ConnectionGuard {
+    fn connection(&mut self) -> &mut PgConnection {
+        // Present until `release` consumes the guard.
+        self.0
+            .as_deref_mut()
+            .unwrap_or_else(|| unreachable!("connection taken"))
+    }
+
+    fn release(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if let Some(connection) = self.0.take() {
+            drop(connection.detach());
+        }
+    }
+}
+
+impl<P: PgPolicy> PostgresLimiter<P> {
+    /// A limiter over `pool`. Apply the schema first with
+    /// [`migrate`](Self::migrate) (or your own vendored migrations).
+    #[must_use]
+    pub fn new(pool: PgPool, config: PostgresConfig) -> Self {
+        Self {
+            pool,
+            config,
+            observer: None,
+            policy: PhantomData,
+        }
+    }
+
+    /// Installs an observer for admission and cleanup observations.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The pool.
+    #[must_use]
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &PostgresConfig {
+        &self.config
+    }
+
+    /// Applies the bundled migrations, tolerating the host's own migrations in
+    /// the same history; see [`migrate`](crate::migrate()).
+    ///
+    /// # Errors
+    ///
+    /// [`MaintenanceError::Migrate`] when a migration fails.
+    pub async fn migrate(&self) -> Result<(), MaintenanceError> {
+        migrate(&self.pool).await
+    }
+
+    async fn acquire(&self) -> Result<ConnectionGuard, CheckError> {
+        match tokio::time::timeout(self.config.pool_acquire_timeout(), self.pool.acquire()).await {
+            Err(_) => Err(CheckError::PoolTimeout),
+            Ok(Err(sqlx::Error::PoolTimedOut)) => Err(CheckError::PoolTimeout),
+            Ok(Err(error)) => Err(CheckError::Acquire(error)),
+            Ok(Ok(connection)) => Ok(ConnectionGuard(Some(connection))),
+        }
+    }
+
+    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decision>, CheckError> {
+        let mut guard = self.acquire().await?;
+        let decided = tokio::time::timeout(
+            self.config.operation_timeout(),
+            P::decide(guard.connection(), checks, &self.config),
+        )
+        .await;
+        match decided {
+            // The guard closes the connection: the statement may still be running.
+            Err(_) => Err(CheckError::OperationTimeout),
+            Ok(Ok(decisions)) if decisions.len() == checks.len() => {
+                guard.release();
+                Ok(decisions)
+            }
+            Ok(Ok(_)) => Err(CheckError::UnexpectedReply),
+            Ok(Err(error)) => {
+                let error = classify(error);
+                if matches!(error, CheckError::Database(_)) {
+                    // The statement failed and its transaction rolled back; the
+                    // connection itself is in a clean state.
+                    guard.release();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn observe(
+        &self,
+        operation: Operation,
+        checks: &[Check<'_, P>],
+        started: Option<Instant>,
+        outcome: (AdmissionOutcome, Consumption, Option<usize>),
+    ) {
+        let (Some(observer), Some(started)) = (&self.observer, started) else {
+            return;
+        };
+        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
+        let (result, consumption, index) = outcome;
+        let observation = AdmissionObservation::new(
+            operation,
+            &labels,
+            index,
+            result,
+            consumption,
+            started.elapsed(),
+        );
+        notify(&**observer, |observer| observer.on_admission(&observation));
+    }
+
+    /// Deletes at most `maximum_rows` expired rows of this policy type's table,
+    /// oldest first, and returns how many it removed. Expired rows never affect
+    /// decisions, but only deletion frees their capacity-ledger slot. Rows an
+    /// admission holds are skipped, so cleanup does not block admissions.
+    ///
+    /// # Errors
+    ///
+    /// A [`MaintenanceError`]; check
+    /// [`may_have_removed_rows`](MaintenanceError::may_have_removed_rows) before
+    /// deciding whether an unconfirmed cleanup needs repeating.
+    pub async fn cleanup_expired(&self, maximum_rows: u32) -> Result<u64, MaintenanceError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let result = self.cleanup_inner(maximum_rows).await;
+        if let (Some(observer), Some(started)) = (&self.observer, started) {
+            let removed = match &result {
+                Ok(removed) => Some(*removed),
+                Err(error) if !error.may_have_removed_rows() => Some(0),
+                Err(_) => None,
+            };
+            let observation =
+                CleanupObservation::new(u64::from(maximum_rows), removed, started.elapsed());
+            notify(&**observer, |observer| observer.on_cleanup(&observation));
+        }
+        result
+    }
+
+    async fn cleanup_inner(&self, maximum_rows: u32) -> Result<u64, MaintenanceError> {
+        let connection =
+            match tokio::time::timeout(self.config.pool_acquire_timeout(), self.pool.acquire())
+                .await
+            {
+                Err(_) | Ok(Err(sqlx::Error::PoolTimedOut)) => {
+                    return Err(MaintenanceError::PoolTimeout);
+                }
+                Ok(Err(error)) => return Err(MaintenanceError::Acquire(error)),
+                Ok(Ok(connection)) => connection,
+            };
+        let mut guard = ConnectionGuard(Some(connection));
+        let maximum = i32::try_from(maximum_rows).unwrap_or(i32::MAX);
+        let query = sqlx::query_scalar::<_, i64>(P::CLEANUP)
+            .bind(maximum)
+            .bind(self.config.lock_timeout_ms());
+        match tokio::time::timeout(
+            self.config.operation_timeout(),
+            query.fetch_one(guard.connection()),
+        )
+        .await
+        {
+            Err(_) => Err(MaintenanceError::OperationTimeout),
+            Ok(Ok(removed)) => {
+                guard.release();
+                Ok(u64::try_from(removed).unwrap_or(0))
+            }
+            Ok(Err(error)) => {
+                let error = classify_maintenance(error);
+                if matches!(error, MaintenanceError::Database(_)) {
+                    guard.release();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let result = self
+            .decide(std::slice::from_ref(check))
+            .await
+            .and_then(|mut decisions| decisions.pop().ok_or(CheckError::UnexpectedReply));
+        let outcome = match &result {
+            Ok(decision) => decision_outcome(decision),
+            Err(error) => failure_outcome(error),
+        };
+        self.observe(
+            Operation::Check,
+            std::slice::from_ref(check),
+            started,
+            outcome,
+        );
+        result
+    }
+
+    async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let result = match validate_batch(checks, self.config.max_batch_size()) {
+            Err(error) => Err(CheckError::InvalidBatch(error)),
+            Ok(()) => self.decide(checks).await.map(BatchDecision::from_decisions),
+        };
+        let outcome = match &result {
+            Ok(batch) => batch_outcome(batch),
+            Err(error) => failure_outcome(error),
+        };
+        self.observe(Operation::Batch, checks, started, outcome);
+        result
+    }
+}
+
+fn failure_outcome(error: &CheckError) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    let consumption = if error.may_have_consumed_quota() {
+        Consumption::PossiblyConsumed
+    } else {
+        Consumption::NotConsumed
+    };
+    (AdmissionOutcome::Failed, consumption, None)
+}
+
+fn denial_outcome(shadow: bool, denial: &Denial) -> AdmissionOutcome {
+    if denial.is_storage_capacity() {
+        AdmissionOutcome::CapacityDenied
+    } else if shadow {
+        AdmissionOutcome::ShadowDenied
+    } else {
+        AdmissionOutcome::QuotaDenied
+    }
+}
+
+fn decision_outcome(decision: &Decision) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    match decision.denial() {
+        None => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
+        Some(denial) => (
+            denial_outcome(decision.is_shadow_denied(), denial),
+            Consumption::NotConsumed,
+            Some(0),
+        ),
+    }
+}
+
+fn batch_outcome(batch: &BatchDecision) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    match batch {
+        BatchDecision::Denied { index, denial } => (
+            denial_outcome(false, denial),
+            Consumption::NotConsumed,
+            Some(*index),
+        ),
+        BatchDecision::ShadowDenied { index, denial } => (
+            denial_outcome(true, denial),
+            Consumption::NotConsumed,
+            Some(*index),
+        ),
+        _ => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
+    }
+}
+
+macro_rules! limiter_for {
+    ($policy:ty) => {
+        impl Limiter for PostgresLimiter<$policy> {
+            type Policy = $policy;
+            type Error = CheckError;
+
+            async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
+                self.check_one(check).await
+            }
+
+            async fn check_all(
+                &self,
+                checks: &[Check<'_, $policy>],
+            ) -> Result<BatchDecision, CheckError> {
+                self.check_batch(checks).await
+            }
+        }
+    };
+}
+
+limiter_for!(FixedWindowPolicy);
+limiter_for!(GcraPolicy);
+
+/// The advisory-lock ids of a batch: derived from each counter key, sorted and
+/// deduplicated so every transaction locks in one global order.
+fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
+    let mut ids: Vec<i64> = checks
+        .iter()
+        .map(|check| {
+            let key = check.counter_key().to_bytes();
+            let mut word = [0u8; 8];
+            for (index, byte) in word.iter_mut().enumerate() {
+                *byte = key[index] ^ key[32 + index];
+            }
+            i64::from_be_bytes(word)
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
+    checks
+        .iter()
+        .map(|check| check.counter_key().to_bytes().to_vec())
+        .collect()
+}
+
+fn as_i64(value: u64) -> i64 {
+    // Every value passed is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn as_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
+    match mode {
+        QuotaMode::Enforce => Decision::denied(denial),
+        // A quota denial is never a storage-capacity denial.
+        QuotaMode::Shadow => Decision::shadow_denied(denial).unwrap_or(Decision::denied(denial)),
+    }
+}
+
+const OUTCOME_ALLOWED: i16 = 0;
+const OUTCOME_QUOTA: i16 = 1;
+
+fn capacity_decision() -> Decision {
+    // The capacity ledger cannot tell when cleanup will free a slot.
+    Decision::denied(Denial::StorageCapacity { retry_after: None })
+}
+
+impl PgPolicy for FixedWindowPolicy {
+    const CLEANUP: &'static str = "SELECT runlimit_cleanup_fixed_windows($1, $2)";
+
+    async fn decide(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        config: &PostgresConfig,
+    ) -> Result<Vec<Decision>, sqlx::Error> {
+        let limits: Vec<i64> = checks
+            .iter()
+            .map(|check| as_i64(check.policy().limit()))
+            .collect();
+        let windows: Vec<i64> = checks
+            .iter()
+            .map(|check| as_i64(check.policy().window_millis().saturating_mul(1_000)))
+            .collect();
+        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let rows = sqlx::query(
+            "SELECT r_outcome, r_used, r_expires_us, r_now_us \
+             FROM runlimit_check_fixed_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(limits)
+        .bind(windows)
+        .bind(costs)
+        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        checks
+            .iter()
+            .zip(rows)
+            .map(|(check, row)| {
+                let outcome: i16 = row.try_get(0)?;
+                let used = as_u64(row.try_get(1)?);
+                let left = Duration::from_micros(as_u64(
+                    row.try_get::<i64, _>(2)? - row.try_get::<i64, _>(3)?,
+                ));
+                let policy = check.policy();
+                Ok(match outcome {
+                    OUTCOME_ALLOWED => {
+                        Decision::allowed(policy.limit(), policy.limit().saturating_sub(used), left)
+                            .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
+                    }
+                    OUTCOME_QUOTA => quota_decision(
+                        policy.quota_mode(),
+                        Denial::QuotaExceeded {
+                            capacity: policy.limit(),
+                            retry_after: left,
+                        },
+                    ),
+                    _ => capacity_decision(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// `factor × micros / quota` microseconds as whole microseconds and a remainder
+/// in units of `1 / quota` microsecond.
+fn exact_micros(factor: u64, micros: u64, quota: u64) -> (u64, u64) {
+    let product = u128::from(factor) * u128::from(micros);
+    let quota = u128::from(quota);
+    (
+        u64::try_from(product / quota).unwrap_or(u64::MAX),
+        u64::try_from(product % quota).unwrap_or(0),
+    )
+}
+
+/// `(a - b)` for `a >= b`, as (micros, remainder) pairs over `quota`.
+fn sub_pair(a: (u64, u64), b: (u64, u64), quota: u64) -> (u64, u64) {
+    if a.1 >= b.1 {
+        (a.0 - b.0, a.1 - b.1)
+    } else {
+        (a.0 - b.0 - 1, a.1 + quota - b.1)
+    }
+}
+
+/// A (micros, remainder) duration rounded up to whole milliseconds.
+fn ceil_millis(pair: (u64, u64)) -> Duration {
+    let micros = pair.0 + u64::from(pair.1 > 0);
+    Duration::from_millis(micros.div_ceil(1_000))
+}
+
+impl PgPolicy for GcraPolicy {
+    const CLEANUP: &'static str = "SELECT runlimit_cleanup_gcra($1, $2)";
+
+    async fn decide(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        config: &PostgresConfig,
+    ) -> Result<Vec<Decision>, sqlx::Error> {
+        let period_us =
+            |check: &Check<'_, Self>| check.policy().period_millis().saturating_mul(1_000);
+        let increments: Vec<(u64, u64)> = checks
+            .iter()
+            .map(|check| exact_micros(check.cost(), period_us(check), check.policy().quota()))
+            .collect();
+        let tolerances: Vec<(u64, u64)> = checks
+            .iter()
+            .map(|check| {
+                exact_micros(
+                    check.policy().burst_capacity(),
+                    period_us(check),
+                    check.policy().quota(),
+                )
+            })
+            .collect();
+        let rows = sqlx::query(
+            "SELECT r_outcome, r_ahead_us, r_ahead_rem \
+             FROM runlimit_check_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(
+            checks
+                .iter()
+                .map(|check| as_i64(check.policy().quota()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            increments
+                .iter()
+                .map(|pair| as_i64(pair.0))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            increments
+                .iter()
+                .map(|pair| as_i64(pair.1))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            tolerances
+                .iter()
+                .map(|pair| as_i64(pair.0))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            tolerances
+                .iter()
+                .map(|pair| as_i64(pair.1))
+                .collect::<Vec<_>>(),
+        )
+        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        checks
+            .iter()
+            .zip(rows)
+            .zip(tolerances)
+            .map(|((check, row), tolerance)| {
+                let outcome: i16 = row.try_get(0)?;
+                let ahead = (as_u64(row.try_get(1)?), as_u64(row.try_get(2)?));
+                let policy = check.policy();
+                let quota = policy.quota();
+                Ok(match outcome {
+                    OUTCOME_ALLOWED => {
+                        let slack = sub_pair(tolerance, ahead, quota);
+                        let scaled = u128::from(slack.0) * u128::from(quota) + u128::from(slack.1);
+                        let remaining =
+                            u64::try_from(scaled / u128::from(period_us(check))).unwrap_or(0);
+                        Decision::allowed(
+                            policy.burst_capacity(),
+                            remaining.min(policy.burst_capacity()),
+                            ceil_millis(ahead),
+                        )
+                        .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
+                    }
+                    OUTCOME_QUOTA => quota_decision(
+                        policy.quota_mode(),
+                        Denial::QuotaExceeded {
+                            capacity: policy.burst_capacity(),
+                            retry_after: ceil_millis(sub_pair(ahead, tolerance, quota)),
+                        },
+                    ),
+                    _ => capacity_decision(),
+                })
+            })
+            .collect()
+    }
+}

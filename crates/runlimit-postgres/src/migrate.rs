@@ -1,0 +1,49 @@
+//! The bundled schema: migrations and the exact statements they run.
+
+use sqlx::{PgPool, migrate::Migrator};
+
+use crate::error::MaintenanceError;
+
+/// The bundled migrations with SQLx's strict default: applying them fails if
+/// the database's `_sqlx_migrations` history holds versions this migrator does
+/// not know. Use it only when Runlimit exclusively owns that history; otherwise
+/// call [`migrate`], or vendor the `*_SQL` statements as your own migrations.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Creates the fixed-window counter table and its expiry index.
+pub const CREATE_RUNLIMIT_FIXED_WINDOWS_SQL: &str =
+    include_str!("../migrations/20260101000001_create_runlimit_fixed_windows.sql");
+
+/// Sets the fixed-window table's fillfactor to 80 for HOT counter updates.
+pub const SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL: &str =
+    include_str!("../migrations/20260101000002_set_runlimit_fixed_windows_fillfactor.sql");
+
+/// Installs the capacity ledger, the generated shard column and the
+/// statement-level triggers that keep the ledger exact.
+pub const BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL: &str =
+    include_str!("../migrations/20260101000003_bound_runlimit_fixed_window_cardinality.sql");
+
+/// Creates the GCRA state table, its expiry index, ledger rows and triggers.
+pub const CREATE_RUNLIMIT_GCRA_SQL: &str =
+    include_str!("../migrations/20260101000004_create_runlimit_gcra.sql");
+
+/// Creates the admission and cleanup functions.
+pub const CREATE_RUNLIMIT_FUNCTIONS_SQL: &str =
+    include_str!("../migrations/20260101000005_create_runlimit_functions.sql");
+
+/// Applies the bundled migrations in the pool's current schema, tolerating
+/// versions other migrators (the host application's) recorded in the same
+/// `_sqlx_migrations` history. Re-running is a no-op.
+///
+/// Every migrator sharing that history must likewise enable
+/// `Migrator::set_ignore_missing(true)`.
+///
+/// # Errors
+///
+/// [`MaintenanceError::Migrate`] if a migration fails or a recorded Runlimit
+/// migration's checksum differs.
+pub async fn migrate(pool: &PgPool) -> Result<(), MaintenanceError> {
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await.map_err(MaintenanceError::Migrate)
+}

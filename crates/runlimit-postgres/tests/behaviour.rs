@@ -1,0 +1,520 @@
+//! Migrations, time authority, round trips, contention, failures, capacity and
+//! cleanup against a real PostgreSQL server.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use runlimit_core::{
+    Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey,
+};
+use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
+use sqlx::Executor;
+
+fn policy(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        window,
+    )
+    .expect("valid")
+}
+
+/// A subject key whose capacity shard (its first byte) is `shard`.
+fn key(shard: u8, n: u8) -> SubjectKey {
+    let mut digest = [n; 32];
+    digest[0] = shard;
+    SubjectKey::from_digest(digest)
+}
+
+fn fast_config() -> PostgresConfig {
+    PostgresConfig::default()
+        .with_pool_acquire_timeout(Duration::from_millis(200))
+        .and_then(|c| c.with_operation_timeout(Duration::from_millis(500)))
+        .expect("valid")
+}
+
+#[tokio::test]
+async fn migrations_coexist_with_host_migrations_and_rerun_idempotently() {
+    let Some(schema) = common::schema("migrations").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    let host_dir = std::env::temp_dir().join(format!("runlimit-host-migrations-{}", schema.name));
+    std::fs::create_dir_all(&host_dir).expect("temp dir");
+    std::fs::write(
+        host_dir.join("20250101000000_host_accounts.sql"),
+        "CREATE TABLE host_accounts (id bigint PRIMARY KEY);",
+    )
+    .expect("write host migration");
+    let mut host = sqlx::migrate::Migrator::new(host_dir.as_path())
+        .await
+        .expect("host migrator");
+    host.set_ignore_missing(true);
+
+    host.run(&pool).await.expect("host first");
+    runlimit_postgres::migrate(&pool)
+        .await
+        .expect("runlimit after host");
+    host.run(&pool).await.expect("host again");
+    runlimit_postgres::migrate(&pool)
+        .await
+        .expect("runlimit again is a no-op");
+    let versions: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&pool)
+        .await
+        .expect("history");
+    assert_eq!(
+        versions,
+        i64::try_from(MIGRATOR.iter().count()).expect("small") + 1
+    );
+    // The strict raw migrator refuses a history it does not own entirely.
+    assert!(MIGRATOR.run(&pool).await.is_err());
+    std::fs::remove_dir_all(&host_dir).ok();
+}
+
+#[tokio::test]
+async fn a_hostile_clock_on_the_search_path_has_no_effect() {
+    let Some(schema) = common::schema("hostile").await else {
+        return;
+    };
+    let hostile = format!("{}_hostile", schema.name);
+    schema
+        .admin()
+        .execute(
+            format!(
+                "CREATE SCHEMA {hostile}; \
+                 CREATE FUNCTION {hostile}.clock_timestamp() RETURNS timestamptz \
+                 LANGUAGE sql AS $$ SELECT timestamptz '2000-01-01 00:00:00+00' $$; \
+                 CREATE FUNCTION {hostile}.now() RETURNS timestamptz \
+                 LANGUAGE sql AS $$ SELECT timestamptz '2000-01-01 00:00:00+00' $$;"
+            )
+            .as_str(),
+        )
+        .await
+        .expect("hostile schema");
+    let migrated = schema.pool(1).await;
+    runlimit_postgres::migrate(&migrated)
+        .await
+        .expect("migrate");
+    let pool = schema
+        .pool_with_path(2, &format!("{hostile}, {}", schema.name))
+        .await;
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let window = Duration::from_secs(60);
+    let policy = policy("hostile", 1, window);
+    let decision = limiter
+        .check(&Check::new(&policy, key(1, 1)))
+        .await
+        .expect("check");
+    let reset = decision.reset_after().expect("allowed");
+    assert!(
+        reset <= window && reset > window - Duration::from_secs(5),
+        "{reset:?}"
+    );
+    let stored_in_the_future: bool = sqlx::query_scalar(
+        "SELECT bool_and(window_expires_at > pg_catalog.clock_timestamp()) FROM runlimit_fixed_windows",
+    )
+    .fetch_one(&migrated)
+    .await
+    .expect("query");
+    assert!(
+        stored_in_the_future,
+        "the window was anchored on the real clock"
+    );
+    schema
+        .admin()
+        .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
+        .await
+        .ok();
+}
+
+/// Counts the statements SQLx executes, from its per-query trace events.
+#[derive(Clone, Default)]
+struct StatementCounter(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target().starts_with("sqlx::query") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_check_and_batch_is_a_single_statement() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let Some(schema) = common::schema("statements").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    let counter = StatementCounter::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(counter.clone()));
+
+    let policies: Vec<FixedWindowPolicy> = (0..8)
+        .map(|n| policy(&format!("batch{n}"), 5, Duration::from_secs(60)))
+        .collect();
+    let gcra_policy = GcraPolicy::new(
+        PolicyId::new("gcra").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(1),
+        5,
+    )
+    .expect("valid");
+    for round in 0..3 {
+        let before = counter.0.load(Ordering::SeqCst);
+        fixed
+            .check(&Check::new(&policies[0], key(2, round)))
+            .await
+            .expect("check");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "single check");
+
+        let before = counter.0.load(Ordering::SeqCst);
+        let checks: Vec<_> = policies
+            .iter()
+            .map(|p| Check::new(p, key(3, round)))
+            .collect();
+        assert!(fixed.check_all(&checks).await.expect("batch").is_allowed());
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "batch of 8");
+
+        let before = counter.0.load(Ordering::SeqCst);
+        gcra.check_all(&[
+            Check::new(&gcra_policy, key(4, round)),
+            Check::new(&gcra_policy, key(5, round)),
+        ])
+        .await
+        .expect("gcra batch");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "GCRA batch");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
+    let Some(schema) = common::schema("contention").await else {
+        return;
+    };
+    let setup = schema.pool(1).await;
+    runlimit_postgres::migrate(&setup).await.expect("migrate");
+    let policy = Arc::new(policy("contended", 100, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+            schema.pool(4).await,
+            PostgresConfig::default()
+                .with_operation_timeout(Duration::from_secs(10))
+                .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
+                .expect("valid"),
+        ));
+        for _ in 0..16 {
+            let (limiter, policy, admitted) = (
+                Arc::clone(&limiter),
+                Arc::clone(&policy),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..4 {
+                    let decision = limiter
+                        .check(&Check::new(&*policy, key(9, 9)))
+                        .await
+                        .expect("no error");
+                    if decision.is_allowed() {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+}
+
+#[tokio::test]
+async fn a_session_holding_the_row_lock_triggers_the_operation_timeout() {
+    let Some(schema) = common::schema("locktimeout").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let policy = policy("locked", 5, Duration::from_secs(60));
+    let check = Check::new(&policy, key(6, 6));
+    assert_eq!(
+        limiter.check(&check).await.expect("first").remaining(),
+        Some(4)
+    );
+
+    let mut outsider = schema.pool(1).await.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM runlimit_fixed_windows FOR UPDATE")
+        .execute(&mut *outsider)
+        .await
+        .expect("lock rows");
+    let error = limiter
+        .check(&check)
+        .await
+        .expect_err("blocked past the timeout");
+    assert!(
+        matches!(
+            error,
+            CheckError::Database(_) | CheckError::OperationTimeout
+        ),
+        "{error:?}"
+    );
+    outsider.rollback().await.expect("release");
+    if !error.may_have_consumed_quota() {
+        // Definitely not consumed: the counter is where it was.
+        assert_eq!(
+            limiter.check(&check).await.expect("after").remaining(),
+            Some(3)
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_exhausted_pool_triggers_the_acquire_timeout() {
+    let Some(schema) = common::schema("pooltimeout").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let held = pool.acquire().await.expect("hold the only connection");
+    let policy = policy("starved", 5, Duration::from_secs(60));
+    let error = limiter
+        .check(&Check::new(&policy, key(7, 7)))
+        .await
+        .expect_err("starved");
+    assert!(matches!(error, CheckError::PoolTimeout), "{error:?}");
+    assert!(!error.may_have_consumed_quota());
+    drop(held);
+    assert_eq!(
+        limiter
+            .check(&Check::new(&policy, key(7, 7)))
+            .await
+            .expect("ok")
+            .remaining(),
+        Some(4)
+    );
+}
+
+#[tokio::test]
+async fn full_capacity_shards_deny_new_keys_only() {
+    let Some(schema) = common::schema("capacity").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(
+        pool.clone(),
+        fast_config().with_max_rows_per_shard(2).expect("valid"),
+    );
+    let policy = policy("capped", 5, Duration::from_secs(60));
+    for n in 0..2 {
+        assert!(
+            limiter
+                .check(&Check::new(&policy, key(40, n)))
+                .await
+                .expect("fits")
+                .is_allowed()
+        );
+    }
+    let denied = limiter
+        .check(&Check::new(&policy, key(40, 9)))
+        .await
+        .expect("decided");
+    assert_eq!(
+        denied.denial(),
+        Some(&Denial::StorageCapacity { retry_after: None })
+    );
+    // Another shard still has room, and existing keys keep working.
+    assert!(
+        limiter
+            .check(&Check::new(&policy, key(41, 9)))
+            .await
+            .expect("ok")
+            .is_allowed()
+    );
+    assert_eq!(
+        limiter
+            .check(&Check::new(&policy, key(40, 0)))
+            .await
+            .expect("ok")
+            .remaining(),
+        Some(3)
+    );
+    // A batch needing one new slot too many is denied whole.
+    let batch = [
+        Check::new(&policy, key(41, 1)),
+        Check::new(&policy, key(41, 2)),
+    ];
+    assert!(
+        limiter
+            .check_all(&batch)
+            .await
+            .expect("decided")
+            .would_deny()
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM runlimit_fixed_windows")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(rows, 3);
+
+    // The database refuses to exceed 65,536 rows per shard whatever the writer.
+    schema
+        .execute("UPDATE runlimit_capacity_ledger SET used = 65536 WHERE counter_table = 'fixed_windows' AND shard = 50")
+        .await;
+    let foreign = sqlx::query(
+        "INSERT INTO runlimit_fixed_windows (counter_key, used, window_expires_at) \
+         VALUES (decode(repeat('00', 32) || '32' || repeat('00', 31), 'hex'), 1, now())",
+    )
+    .execute(&pool)
+    .await;
+    assert!(
+        foreign.is_err(),
+        "the ledger's CHECK refuses the 65,537th row"
+    );
+}
+
+#[tokio::test]
+async fn cleanup_removes_at_most_the_requested_expired_rows() {
+    let Some(schema) = common::schema("cleanup").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let short = policy("short", 5, Duration::from_secs(60));
+    for n in 0..5 {
+        limiter
+            .check(&Check::new(&short, key(60, n)))
+            .await
+            .expect("ok");
+    }
+    let long = policy("long", 5, Duration::from_secs(3_600));
+    limiter
+        .check(&Check::new(&long, key(60, 99)))
+        .await
+        .expect("ok");
+    assert_eq!(
+        limiter.cleanup_expired(10).await.expect("cleanup"),
+        0,
+        "nothing expired yet"
+    );
+    common::ShiftTime { schema: &schema }
+        .advance_now(Duration::from_secs(120))
+        .await;
+    assert_eq!(limiter.cleanup_expired(2).await.expect("cleanup"), 2);
+    assert_eq!(limiter.cleanup_expired(2).await.expect("cleanup"), 2);
+    assert_eq!(limiter.cleanup_expired(2).await.expect("cleanup"), 1);
+    assert_eq!(limiter.cleanup_expired(2).await.expect("cleanup"), 0);
+    let ledger: i64 = sqlx::query_scalar(
+        "SELECT sum(used) FROM runlimit_capacity_ledger WHERE counter_table = 'fixed_windows'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("ledger");
+    assert_eq!(ledger, 1, "the ledger follows deletions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_give_classified_errors_and_never_extra_admissions() {
+    let Some(schema) = common::schema("terminate").await else {
+        return;
+    };
+    let setup = schema.pool(1).await;
+    runlimit_postgres::migrate(&setup).await.expect("migrate");
+    let application = format!("runlimit-{}", schema.name);
+    let pool = {
+        let name = application.clone();
+        let path = schema.name.clone();
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .after_connect(move |connection, _| {
+                let (name, path) = (name.clone(), path.clone());
+                Box::pin(async move {
+                    connection
+                        .execute(
+                            format!("SET search_path TO {path}; SET application_name TO '{name}'")
+                                .as_str(),
+                        )
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect(
+                &std::env::var("RUNLIMIT_POSTGRES_TEST_DATABASE_URL")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
+            )
+            .await
+            .expect("pool")
+    };
+    let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+        pool,
+        fast_config(),
+    ));
+    let policy = Arc::new(policy("terminated", 50, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let possibly = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (limiter, policy, admitted, possibly) = (
+            Arc::clone(&limiter),
+            Arc::clone(&policy),
+            Arc::clone(&admitted),
+            Arc::clone(&possibly),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                match limiter.check(&Check::new(&*policy, key(70, 1))).await {
+                    Ok(decision) if decision.is_allowed() => {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(_) => {}
+                    Err(error) if error.may_have_consumed_quota() => {
+                        possibly.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }));
+    }
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(&application)
+        .execute(schema.admin())
+        .await
+        .expect("terminate");
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let used: i64 = sqlx::query_scalar("SELECT coalesce(max(used), 0) FROM runlimit_fixed_windows")
+        .fetch_one(&setup)
+        .await
+        .expect("used");
+    let admitted = admitted.load(Ordering::SeqCst);
+    assert!(admitted <= 50, "admitted {admitted}");
+    let used = usize::try_from(used).expect("small");
+    assert!(used <= 50, "stored {used}");
+    // Every stored unit is an admission the caller saw or one it was told may
+    // have happened.
+    assert!(used >= admitted && used <= admitted + possibly.load(Ordering::SeqCst));
+}

@@ -1,0 +1,29 @@
+//! The shared behaviour suite against a real PostgreSQL server.
+
+mod common;
+
+use runlimit_conformance::{fixed_window_suite, gcra_suite};
+use runlimit_core::{FixedWindowPolicy, GcraPolicy};
+use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+
+#[tokio::test]
+async fn fixed_windows_pass_the_conformance_suite() {
+    let Some(schema) = common::schema("conf_fixed").await else {
+        return;
+    };
+    let limiter =
+        PostgresLimiter::<FixedWindowPolicy>::new(schema.pool(4).await, PostgresConfig::default());
+    limiter.migrate().await.expect("migrate");
+    fixed_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+}
+
+#[tokio::test]
+async fn gcra_passes_the_conformance_suite() {
+    let Some(schema) = common::schema("conf_gcra").await else {
+        return;
+    };
+    let limiter =
+        PostgresLimiter::<GcraPolicy>::new(schema.pool(4).await, PostgresConfig::default());
+    limiter.migrate().await.expect("migrate");
+    gcra_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+}
