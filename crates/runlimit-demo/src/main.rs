@@ -32,8 +32,9 @@ use http::{StatusCode, request::Parts};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use runlimit_axum::{MissingMetadata, RateLimitLayer};
-use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{FixedWindowPolicy, KeyHasher, Limiter, PolicyId, ScopeId, SubjectKey};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
 /// The client address the trusted-proxy middleware established.
 #[derive(Debug, Clone, Copy)]
@@ -45,10 +46,14 @@ struct LoginAccount(String);
 
 struct Options {
     replicas: usize,
+    database_url: Option<String>,
 }
 
 fn parse_options() -> Result<Options, String> {
-    let mut options = Options { replicas: 1 };
+    let mut options = Options {
+        replicas: 1,
+        database_url: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -59,14 +64,18 @@ fn parse_options() -> Result<Options, String> {
                     .filter(|replicas| (1..=16).contains(replicas))
                     .ok_or("--replicas needs a number from 1 to 16")?;
             }
-            "--database-url" | "--redis-url" => {
-                return Err(format!(
-                    "{arg}: this build has only the memory backend; the shared PostgreSQL and \
-                     Redis backends are on the roadmap"
-                ));
+            "--database-url" => {
+                options.database_url =
+                    Some(args.next().ok_or("--database-url needs a PostgreSQL URL")?);
+            }
+            "--redis-url" => {
+                return Err("--redis-url: the Redis backend is on the roadmap".to_owned());
             }
             "-h" | "--help" => {
-                return Err("usage: runlimit-demo [--replicas N]".to_owned());
+                return Err(
+                    "usage: runlimit-demo [--replicas N] [--database-url postgres://...]"
+                        .to_owned(),
+                );
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
@@ -107,7 +116,14 @@ async fn resolve_client(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn router(limiter: Arc<MemoryStore>, hasher: Arc<KeyHasher>) -> Result<Router, Box<dyn Error>> {
+fn router<L>(
+    limiter: Arc<L>,
+    hasher: Arc<KeyHasher>,
+    run: Arc<str>,
+) -> Result<Router, Box<dyn Error>>
+where
+    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+{
     let client_policy = FixedWindowPolicy::new(
         PolicyId::new("auth.login")?,
         ScopeId::new("client")?,
@@ -121,6 +137,7 @@ fn router(limiter: Arc<MemoryStore>, hasher: Arc<KeyHasher>) -> Result<Router, B
         Duration::from_secs(60),
     )?;
     let client_hasher = Arc::clone(&hasher);
+    let client_run = Arc::clone(&run);
     let client_key =
         move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
             let ClientAddress(address) = parts
@@ -138,6 +155,7 @@ fn router(limiter: Arc<MemoryStore>, hasher: Arc<KeyHasher>) -> Result<Router, B
                     )
                 }
             };
+            let subject = format!("{client_run}{subject}");
             Ok(client_hasher.hash_for(policy, subject.as_bytes()))
         };
     let identity_key =
@@ -146,7 +164,8 @@ fn router(limiter: Arc<MemoryStore>, hasher: Arc<KeyHasher>) -> Result<Router, B
                 .extensions
                 .get::<LoginAccount>()
                 .ok_or(MissingMetadata::new("login account"))?;
-            Ok(hasher.hash_for(policy, account.as_bytes()))
+            let subject = format!("{run}{account}");
+            Ok(hasher.hash_for(policy, subject.as_bytes()))
         };
     let limits = RateLimitLayer::from_shared(limiter)
         .check(client_policy, client_key)
@@ -234,16 +253,48 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
     let hasher = Arc::new(KeyHasher::new(
         b"demo secret: use 32+ random bytes from a vault",
     )?);
-    // One backend shared by every replica, as PostgreSQL or Redis would be.
-    let limiter = Arc::new(MemoryStore::new(
-        MemoryStoreConfig::new(50_000)?.with_shard_count(16)?,
-    ));
+    match &options.database_url {
+        None => {
+            // One backend shared by every replica, as PostgreSQL would be.
+            let limiter = Arc::new(MemoryStore::new(
+                MemoryStoreConfig::new(50_000)?.with_shard_count(16)?,
+            ));
+            serve_and_drive(&options, "memory", limiter, hasher, Arc::from("")).await
+        }
+        Some(url) => {
+            let pool = sqlx::PgPool::connect(url).await?;
+            let limiter =
+                PostgresLimiter::<FixedWindowPolicy>::new(pool, PostgresConfig::default());
+            limiter.migrate().await?;
+            // Earlier demo runs left rows behind; bounded cleanup frees them.
+            limiter.cleanup_expired(10_000).await?;
+            // Counters in PostgreSQL outlive the process: give every run fresh
+            // subjects so repeated demos start from a clean slate.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos();
+            let run = Arc::from(format!("demo-run-{nanos}:"));
+            serve_and_drive(&options, "PostgreSQL", Arc::new(limiter), hasher, run).await
+        }
+    }
+}
+
+async fn serve_and_drive<L>(
+    options: &Options,
+    backend: &str,
+    limiter: Arc<L>,
+    hasher: Arc<KeyHasher>,
+    run: Arc<str>,
+) -> Result<(), Box<dyn Error>>
+where
+    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+{
     let mut addresses = Vec::new();
     let mut servers = Vec::new();
     for _ in 0..options.replicas {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         addresses.push(listener.local_addr()?);
-        let app = router(Arc::clone(&limiter), Arc::clone(&hasher))?;
+        let app = router(Arc::clone(&limiter), Arc::clone(&hasher), Arc::clone(&run))?;
         servers.push(tokio::spawn(async move {
             axum::serve(
                 listener,
@@ -259,7 +310,7 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
 
     println!("Runlimit demo: credential-stuffing burst against POST /login");
     println!(
-        "  backend: memory (one store shared by {} router replica(s) on {})",
+        "  backend: {backend} (shared by {} router replica(s) on {})",
         options.replicas,
         addresses
             .iter()

@@ -246,7 +246,9 @@ mod tests {
         );
         assert_eq!(
             config.with_max_rows_per_shard(MAX_ROWS_PER_SHARD + 1),
-            Err(ConfigError::RowsPerShardOutOfRange { rows: MAX_ROWS_PER_SHARD + 1 })
+            Err(ConfigError::RowsPerShardOutOfRange {
+                rows: MAX_ROWS_PER_SHARD + 1
+            })
         );
         assert!(config.with_max_rows_per_shard(MAX_ROWS_PER_SHARD).is_ok());
         assert_eq!(
@@ -256,7 +258,11 @@ mod tests {
                 value: Duration::ZERO
             })
         );
-        assert!(config.with_pool_acquire_timeout(Duration::from_secs(90_000)).is_err());
+        assert!(
+            config
+                .with_pool_acquire_timeout(Duration::from_secs(90_000))
+                .is_err()
+        );
         assert_eq!(
             config.with_max_batch_size(0),
             Err(ConfigError::BatchSizeOutOfRange { size: 0 })

@@ -1,0 +1,204 @@
+//! Throughput and latency of PostgresLimiter against two floors on the same
+//! pool: `SELECT 1` and a single-statement upsert.
+//!
+//! Run with `cargo bench -p runlimit-postgres --bench postgres` (reads
+//! `RUNLIMIT_POSTGRES_TEST_DATABASE_URL`, default the local test database; set
+//! `BENCH_SECONDS` to change the 3-second measurement per cell). Results are
+//! recorded in BENCHMARKS.md.
+#![allow(missing_docs, clippy::cast_precision_loss)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use runlimit_core::{
+    Check, FixedWindowPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId, SubjectKey,
+};
+use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+use sqlx::{Executor, PgPool, postgres::PgPoolOptions};
+
+const KEYS: u64 = 10_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Workload {
+    SelectOne,
+    Upsert,
+    Check,
+    BatchOfTwo,
+}
+
+fn subject(n: u64) -> SubjectKey {
+    let mut digest = [0u8; 32];
+    let mut state = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    for chunk in digest.chunks_mut(8) {
+        state ^= state >> 31;
+        state = state.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        chunk.copy_from_slice(&state.to_le_bytes());
+    }
+    SubjectKey::from_digest(digest)
+}
+
+async fn run(
+    workload: Workload,
+    tasks: usize,
+    seconds: f64,
+    pool: &PgPool,
+    limiter: &Arc<PostgresLimiter<FixedWindowPolicy>>,
+    policies: &Arc<[FixedWindowPolicy; 2]>,
+) -> (f64, Duration, Duration) {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (pool, limiter, policies) =
+                (pool.clone(), Arc::clone(limiter), Arc::clone(policies));
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
+                while Instant::now() < deadline {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let key = state % KEYS;
+                    let started = Instant::now();
+                    match workload {
+                        Workload::SelectOne => {
+                            sqlx::query("SELECT 1")
+                                .execute(&pool)
+                                .await
+                                .expect("select");
+                        }
+                        Workload::Upsert => {
+                            sqlx::query(
+                                "INSERT INTO bench_upsert (k, n) VALUES ($1, 1) \
+                                 ON CONFLICT (k) DO UPDATE SET n = bench_upsert.n + 1 RETURNING n",
+                            )
+                            .bind(i64::try_from(key).expect("small"))
+                            .fetch_one(&pool)
+                            .await
+                            .expect("upsert");
+                        }
+                        Workload::Check => {
+                            let decision = limiter
+                                .check(&Check::new(&policies[0], subject(key)))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
+                        }
+                        Workload::BatchOfTwo => {
+                            let checks = [
+                                Check::new(&policies[0], subject(key)),
+                                Check::new(&policies[1], subject(key)),
+                            ];
+                            let batch = limiter.check_all(&checks).await.expect("batch");
+                            assert!(batch.is_allowed());
+                        }
+                    }
+                    latencies.push(started.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for handle in handles {
+        latencies.extend(handle.await.expect("task"));
+    }
+    latencies.sort_unstable();
+    let percentile = |per_mille: usize| latencies[(latencies.len() - 1) * per_mille / 1_000];
+    (
+        latencies.len() as f64 / seconds,
+        percentile(500),
+        percentile(990),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let url = std::env::var("RUNLIMIT_POSTGRES_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let schema = format!("rl_bench_{}", std::process::id());
+    let admin = PgPool::connect(&url).await.expect("connect");
+    admin
+        .execute(format!("CREATE SCHEMA {schema}").as_str())
+        .await
+        .expect("schema");
+    let path = schema.clone();
+    let pool = PgPoolOptions::new()
+        .max_connections(32)
+        .after_connect(move |connection, _| {
+            let path = path.clone();
+            Box::pin(async move {
+                connection
+                    .execute(format!("SET search_path TO {path}").as_str())
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect(&url)
+        .await
+        .expect("pool");
+    pool.execute("CREATE TABLE bench_upsert (k bigint PRIMARY KEY, n bigint NOT NULL) WITH (fillfactor = 80)")
+        .await
+        .expect("floor table");
+    let config = PostgresConfig::default()
+        .with_max_rows_per_shard(65_536)
+        .and_then(|c| c.with_operation_timeout(Duration::from_secs(10)))
+        .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
+        .expect("valid");
+    let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+        pool.clone(),
+        config,
+    ));
+    limiter.migrate().await.expect("migrate");
+    let policy = |scope: &str| {
+        FixedWindowPolicy::new(
+            PolicyId::new("bench").expect("valid"),
+            ScopeId::new(scope).expect("valid"),
+            MAX_LIMIT,
+            MAX_WINDOW,
+        )
+        .expect("valid")
+    };
+    let policies = Arc::new([policy("client"), policy("identity")]);
+    // Warm every key and statement so the measurement sees steady-state updates.
+    for workload in [Workload::Upsert, Workload::BatchOfTwo] {
+        run(workload, 32, seconds, &pool, &limiter, &policies).await;
+    }
+
+    println!("| tasks | workload | checks/s | p50 | p99 | vs upsert floor |");
+    println!("|---|---|---|---|---|---|");
+    for tasks in [1usize, 8, 32] {
+        let mut upsert_rate = 0.0;
+        for workload in [
+            Workload::SelectOne,
+            Workload::Upsert,
+            Workload::Check,
+            Workload::BatchOfTwo,
+        ] {
+            let (rate, p50, p99) = run(workload, tasks, seconds, &pool, &limiter, &policies).await;
+            if matches!(workload, Workload::Upsert) {
+                upsert_rate = rate;
+            }
+            let relative = if matches!(workload, Workload::Check | Workload::BatchOfTwo) {
+                format!("{:.0}%", 100.0 * rate / upsert_rate)
+            } else {
+                String::new()
+            };
+            println!(
+                "| {tasks} | {workload:?} | {rate:.0} | {:.2} ms | {:.2} ms | {relative} |",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            );
+        }
+    }
+    pool.close().await;
+    admin
+        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
+        .await
+        .expect("drop");
+}
