@@ -518,3 +518,48 @@ async fn terminated_backends_give_classified_errors_and_never_extra_admissions()
     // have happened.
     assert!(used >= admitted && used <= admitted + possibly.load(Ordering::SeqCst));
 }
+
+#[tokio::test]
+async fn a_cancelled_operation_never_returns_its_connection_to_the_pool() {
+    let Some(schema) = common::schema("cancelled").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(
+        pool.clone(),
+        fast_config()
+            .with_operation_timeout(Duration::from_secs(5))
+            .expect("valid")
+            .with_relaxed_durability(true),
+    );
+    let policy = policy("cancelled", 5, Duration::from_secs(60));
+    let check = Check::new(&policy, key(80, 1));
+    assert_eq!(
+        limiter
+            .check(&check)
+            .await
+            .expect("relaxed commit")
+            .remaining(),
+        Some(4)
+    );
+    assert_eq!(pool.size(), 1);
+
+    let mut outsider = schema.pool(1).await.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM runlimit_fixed_windows FOR UPDATE")
+        .execute(&mut *outsider)
+        .await
+        .expect("lock rows");
+    // The caller gives up while the statement waits on the lock.
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), limiter.check(&check)).await;
+    assert!(cancelled.is_err(), "the check was still waiting");
+    // Its connection, in an unknown state, was closed rather than pooled.
+    assert_eq!(pool.size(), 0);
+    outsider.rollback().await.expect("release");
+    let after = limiter
+        .check(&check)
+        .await
+        .expect("a fresh connection works");
+    // The abandoned statement may or may not have committed once unblocked.
+    assert!(matches!(after.remaining(), Some(2 | 3)), "{after:?}");
+}
