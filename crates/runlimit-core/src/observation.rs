@@ -13,6 +13,7 @@ use std::{
 
 use crate::{
     check::Check,
+    decision::{BatchDecision, Decision, Denial},
     id::{PolicyId, ScopeId},
     policy::Policy,
 };
@@ -104,6 +105,50 @@ pub enum AdmissionOutcome {
     CapacityDenied,
     /// The backend returned an error (a caller error or a failure).
     Failed,
+}
+
+impl AdmissionOutcome {
+    /// Classifies a single check's decision: its outcome, whether it consumed
+    /// quota, and the decisive index (0 for a denial).
+    #[must_use]
+    pub fn of_decision(decision: &Decision) -> (Self, Consumption, Option<usize>) {
+        match decision.denial() {
+            None => (Self::Allowed, Consumption::Consumed, None),
+            Some(denial) => (
+                Self::of_denial(decision.is_shadow_denied(), denial),
+                Consumption::NotConsumed,
+                Some(0),
+            ),
+        }
+    }
+
+    /// Classifies a batch decision like [`of_decision`](Self::of_decision).
+    #[must_use]
+    pub fn of_batch(batch: &BatchDecision) -> (Self, Consumption, Option<usize>) {
+        match batch {
+            BatchDecision::Denied { index, denial } => (
+                Self::of_denial(false, denial),
+                Consumption::NotConsumed,
+                Some(*index),
+            ),
+            BatchDecision::ShadowDenied { index, denial } => (
+                Self::of_denial(true, denial),
+                Consumption::NotConsumed,
+                Some(*index),
+            ),
+            BatchDecision::Allowed(_) => (Self::Allowed, Consumption::Consumed, None),
+        }
+    }
+
+    fn of_denial(shadow: bool, denial: &Denial) -> Self {
+        if denial.is_storage_capacity() {
+            Self::CapacityDenied
+        } else if shadow {
+            Self::ShadowDenied
+        } else {
+            Self::QuotaDenied
+        }
+    }
 }
 
 /// Whether an admission consumed quota.

@@ -125,7 +125,7 @@ impl<A: Algorithm> Store<A> {
             .map(|mut table| self.check_locked(&mut table, shard_index, &key, check, &mut effects));
         if let (Some(observer), Some(started)) = (&self.observer, started) {
             let outcome = match &result {
-                Ok(decision) => decision_outcome(decision),
+                Ok(decision) => AdmissionOutcome::of_decision(decision),
                 Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
             };
             self.report(
@@ -204,7 +204,7 @@ impl<A: Algorithm> Store<A> {
         let result = self.check_all_inner(checks, &mut effects);
         if let (Some(observer), Some(started)) = (&self.observer, started) {
             let outcome = match &result {
-                Ok(batch) => batch_outcome(batch),
+                Ok(batch) => AdmissionOutcome::of_batch(batch),
                 Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
             };
             self.report(
@@ -530,43 +530,6 @@ fn capacity_of<S: Copy>(table: &Table<S>, shard_index: usize) -> CapacityObserva
         table.capacity() as u64,
         Some(shard_index),
     )
-}
-
-fn decision_outcome(decision: &Decision) -> (AdmissionOutcome, Consumption, Option<usize>) {
-    match decision.denial() {
-        None => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
-        Some(denial) => (
-            denial_outcome(decision.is_shadow_denied(), denial),
-            Consumption::NotConsumed,
-            Some(0),
-        ),
-    }
-}
-
-fn batch_outcome(batch: &BatchDecision) -> (AdmissionOutcome, Consumption, Option<usize>) {
-    match batch {
-        BatchDecision::ShadowDenied { index, denial } => (
-            denial_outcome(true, denial),
-            Consumption::NotConsumed,
-            Some(*index),
-        ),
-        BatchDecision::Denied { index, denial } => (
-            denial_outcome(false, denial),
-            Consumption::NotConsumed,
-            Some(*index),
-        ),
-        _ => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
-    }
-}
-
-fn denial_outcome(shadow: bool, denial: &Denial) -> AdmissionOutcome {
-    if denial.is_storage_capacity() {
-        AdmissionOutcome::CapacityDenied
-    } else if shadow {
-        AdmissionOutcome::ShadowDenied
-    } else {
-        AdmissionOutcome::QuotaDenied
-    }
 }
 
 impl<A: Algorithm> fmt::Debug for Store<A> {

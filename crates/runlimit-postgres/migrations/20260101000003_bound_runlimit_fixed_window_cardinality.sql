@@ -25,24 +25,25 @@ FROM (
 ) AS counted
 WHERE ledger.counter_table = 'fixed_windows' AND ledger.shard = counted.capacity_shard;
 
-CREATE FUNCTION runlimit_fixed_windows_count_inserts() RETURNS trigger
+-- Shared by every counter table: the trigger argument names the ledger rows.
+CREATE FUNCTION runlimit_ledger_count_inserts() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     UPDATE runlimit_capacity_ledger AS ledger
     SET used = ledger.used + added.rows
     FROM (SELECT capacity_shard, count(*)::integer AS rows FROM inserted GROUP BY capacity_shard) AS added
-    WHERE ledger.counter_table = 'fixed_windows' AND ledger.shard = added.capacity_shard;
+    WHERE ledger.counter_table = TG_ARGV[0] AND ledger.shard = added.capacity_shard;
     RETURN NULL;
 END;
 $$;
 
-CREATE FUNCTION runlimit_fixed_windows_count_deletes() RETURNS trigger
+CREATE FUNCTION runlimit_ledger_count_deletes() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     UPDATE runlimit_capacity_ledger AS ledger
     SET used = ledger.used - removed.rows
     FROM (SELECT capacity_shard, count(*)::integer AS rows FROM deleted GROUP BY capacity_shard) AS removed
-    WHERE ledger.counter_table = 'fixed_windows' AND ledger.shard = removed.capacity_shard;
+    WHERE ledger.counter_table = TG_ARGV[0] AND ledger.shard = removed.capacity_shard;
     RETURN NULL;
 END;
 $$;
@@ -50,9 +51,9 @@ $$;
 CREATE TRIGGER runlimit_fixed_windows_count_inserts
     AFTER INSERT ON runlimit_fixed_windows
     REFERENCING NEW TABLE AS inserted
-    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_fixed_windows_count_inserts();
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_inserts('fixed_windows');
 
 CREATE TRIGGER runlimit_fixed_windows_count_deletes
     AFTER DELETE ON runlimit_fixed_windows
     REFERENCING OLD TABLE AS deleted
-    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_fixed_windows_count_deletes();
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_deletes('fixed_windows');

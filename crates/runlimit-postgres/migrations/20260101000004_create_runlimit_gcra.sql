@@ -14,34 +14,12 @@ CREATE INDEX runlimit_gcra_expiry ON runlimit_gcra (expires_at);
 INSERT INTO runlimit_capacity_ledger (counter_table, shard, used)
 SELECT 'gcra', shard, 0 FROM generate_series(0, 255) AS shard;
 
-CREATE FUNCTION runlimit_gcra_count_inserts() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    UPDATE runlimit_capacity_ledger AS ledger
-    SET used = ledger.used + added.rows
-    FROM (SELECT capacity_shard, count(*)::integer AS rows FROM inserted GROUP BY capacity_shard) AS added
-    WHERE ledger.counter_table = 'gcra' AND ledger.shard = added.capacity_shard;
-    RETURN NULL;
-END;
-$$;
-
-CREATE FUNCTION runlimit_gcra_count_deletes() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    UPDATE runlimit_capacity_ledger AS ledger
-    SET used = ledger.used - removed.rows
-    FROM (SELECT capacity_shard, count(*)::integer AS rows FROM deleted GROUP BY capacity_shard) AS removed
-    WHERE ledger.counter_table = 'gcra' AND ledger.shard = removed.capacity_shard;
-    RETURN NULL;
-END;
-$$;
-
 CREATE TRIGGER runlimit_gcra_count_inserts
     AFTER INSERT ON runlimit_gcra
     REFERENCING NEW TABLE AS inserted
-    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_gcra_count_inserts();
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_inserts('gcra');
 
 CREATE TRIGGER runlimit_gcra_count_deletes
     AFTER DELETE ON runlimit_gcra
     REFERENCING OLD TABLE AS deleted
-    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_gcra_count_deletes();
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_deletes('gcra');

@@ -279,7 +279,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             .await
             .and_then(|mut decisions| decisions.pop().ok_or(CheckError::UnexpectedReply));
         let outcome = match &result {
-            Ok(decision) => decision_outcome(decision),
+            Ok(decision) => AdmissionOutcome::of_decision(decision),
             Err(error) => failure_outcome(error),
         };
         self.observe(
@@ -298,7 +298,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             Ok(()) => self.decide(checks).await.map(BatchDecision::from_decisions),
         };
         let outcome = match &result {
-            Ok(batch) => batch_outcome(batch),
+            Ok(batch) => AdmissionOutcome::of_batch(batch),
             Err(error) => failure_outcome(error),
         };
         self.observe(Operation::Batch, checks, started, outcome);
@@ -313,43 +313,6 @@ fn failure_outcome(error: &CheckError) -> (AdmissionOutcome, Consumption, Option
         Consumption::NotConsumed
     };
     (AdmissionOutcome::Failed, consumption, None)
-}
-
-fn denial_outcome(shadow: bool, denial: &Denial) -> AdmissionOutcome {
-    if denial.is_storage_capacity() {
-        AdmissionOutcome::CapacityDenied
-    } else if shadow {
-        AdmissionOutcome::ShadowDenied
-    } else {
-        AdmissionOutcome::QuotaDenied
-    }
-}
-
-fn decision_outcome(decision: &Decision) -> (AdmissionOutcome, Consumption, Option<usize>) {
-    match decision.denial() {
-        None => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
-        Some(denial) => (
-            denial_outcome(decision.is_shadow_denied(), denial),
-            Consumption::NotConsumed,
-            Some(0),
-        ),
-    }
-}
-
-fn batch_outcome(batch: &BatchDecision) -> (AdmissionOutcome, Consumption, Option<usize>) {
-    match batch {
-        BatchDecision::Denied { index, denial } => (
-            denial_outcome(false, denial),
-            Consumption::NotConsumed,
-            Some(*index),
-        ),
-        BatchDecision::ShadowDenied { index, denial } => (
-            denial_outcome(true, denial),
-            Consumption::NotConsumed,
-            Some(*index),
-        ),
-        _ => (AdmissionOutcome::Allowed, Consumption::Consumed, None),
-    }
 }
 
 macro_rules! limiter_for {

@@ -11,9 +11,7 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{
-    Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey,
-};
+use runlimit_core::{Check, Denial, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
 use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
 use sqlx::Executor;
 
@@ -134,70 +132,6 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
         .await
         .ok();
-}
-
-/// Counts the statements SQLx executes, from its per-query trace events.
-#[derive(Clone, Default)]
-struct StatementCounter(Arc<AtomicUsize>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target().starts_with("sqlx::query") {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
-#[tokio::test]
-async fn every_check_and_batch_is_a_single_statement() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let Some(schema) = common::schema("statements").await else {
-        return;
-    };
-    let pool = schema.pool(1).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
-    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
-    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
-    let counter = StatementCounter::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(counter.clone()));
-
-    let policies: Vec<FixedWindowPolicy> = (0..8)
-        .map(|n| policy(&format!("batch{n}"), 5, Duration::from_secs(60)))
-        .collect();
-    let gcra_policy = GcraPolicy::new(
-        PolicyId::new("gcra").expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        1,
-        Duration::from_secs(1),
-        5,
-    )
-    .expect("valid");
-    for round in 0..3 {
-        let before = counter.0.load(Ordering::SeqCst);
-        fixed
-            .check(&Check::new(&policies[0], key(2, round)))
-            .await
-            .expect("check");
-        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "single check");
-
-        let before = counter.0.load(Ordering::SeqCst);
-        let checks: Vec<_> = policies
-            .iter()
-            .map(|p| Check::new(p, key(3, round)))
-            .collect();
-        assert!(fixed.check_all(&checks).await.expect("batch").is_allowed());
-        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "batch of 8");
-
-        let before = counter.0.load(Ordering::SeqCst);
-        gcra.check_all(&[
-            Check::new(&gcra_policy, key(4, round)),
-            Check::new(&gcra_policy, key(5, round)),
-        ])
-        .await
-        .expect("gcra batch");
-        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "GCRA batch");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

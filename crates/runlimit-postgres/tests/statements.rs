@@ -1,0 +1,100 @@
+//! Every check and batch is one statement: counted from SQLx's per-query trace
+//! events. Kept in a test binary of its own so no concurrently running test can
+//! race the thread-local trace subscriber.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+
+fn policy(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        window,
+    )
+    .expect("valid")
+}
+
+fn key(shard: u8, n: u8) -> SubjectKey {
+    let mut digest = [n; 32];
+    digest[0] = shard;
+    SubjectKey::from_digest(digest)
+}
+
+fn fast_config() -> PostgresConfig {
+    PostgresConfig::default()
+}
+
+/// Counts the statements SQLx executes, from its per-query trace events.
+#[derive(Clone, Default)]
+struct StatementCounter(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target().starts_with("sqlx::query") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_check_and_batch_is_a_single_statement() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let Some(schema) = common::schema("statements").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    let counter = StatementCounter::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(counter.clone()));
+
+    let policies: Vec<FixedWindowPolicy> = (0..8)
+        .map(|n| policy(&format!("batch{n}"), 5, Duration::from_secs(60)))
+        .collect();
+    let gcra_policy = GcraPolicy::new(
+        PolicyId::new("gcra").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(1),
+        5,
+    )
+    .expect("valid");
+    for round in 0..3 {
+        let before = counter.0.load(Ordering::SeqCst);
+        fixed
+            .check(&Check::new(&policies[0], key(2, round)))
+            .await
+            .expect("check");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "single check");
+
+        let before = counter.0.load(Ordering::SeqCst);
+        let checks: Vec<_> = policies
+            .iter()
+            .map(|p| Check::new(p, key(3, round)))
+            .collect();
+        assert!(fixed.check_all(&checks).await.expect("batch").is_allowed());
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "batch of 8");
+
+        let before = counter.0.load(Ordering::SeqCst);
+        gcra.check_all(&[
+            Check::new(&gcra_policy, key(4, round)),
+            Check::new(&gcra_policy, key(5, round)),
+        ])
+        .await
+        .expect("gcra batch");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "GCRA batch");
+    }
+}
