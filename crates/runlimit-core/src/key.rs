@@ -217,3 +217,18 @@ impl fmt::Debug for CounterKey {
         f.write_str("CounterKey(<redacted>)")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use zeroize::ZeroizeOnDrop;
+
+    /// The hasher's state is only wiped on drop if the `zeroize` features of the
+    /// RustCrypto crates are on; this fails to compile if they are not.
+    #[test]
+    fn the_hmac_state_and_buffer_zeroize_on_drop() {
+        fn wipes_on_drop<T: ZeroizeOnDrop>() {}
+        wipes_on_drop::<sha2::Sha256>();
+        wipes_on_drop::<sha2::block_api::Sha256VarCore>();
+        wipes_on_drop::<hmac::digest::block_buffer::BlockBuffer<hmac::digest::consts::U64, hmac::digest::block_buffer::Eager>>();
+    }
+}
