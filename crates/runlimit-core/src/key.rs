@@ -229,6 +229,11 @@ mod tests {
         fn wipes_on_drop<T: ZeroizeOnDrop>() {}
         wipes_on_drop::<sha2::Sha256>();
         wipes_on_drop::<sha2::block_api::Sha256VarCore>();
-        wipes_on_drop::<hmac::digest::block_buffer::BlockBuffer<hmac::digest::consts::U64, hmac::digest::block_buffer::Eager>>();
+        wipes_on_drop::<
+            hmac::digest::block_buffer::BlockBuffer<
+                hmac::digest::consts::U64,
+                hmac::digest::block_buffer::Eager,
+            >,
+        >();
     }
 }

@@ -497,3 +497,59 @@ async fn a_cancelled_operation_never_returns_its_connection_to_the_pool() {
     // The abandoned statement may or may not have committed once unblocked.
     assert!(matches!(after.remaining(), Some(2 | 3)), "{after:?}");
 }
+
+/// Records what the limiter reported: outcome and consumption certainty.
+#[derive(Debug, Default)]
+struct Recorder(
+    std::sync::Mutex<Vec<(runlimit_core::AdmissionOutcome, runlimit_core::Consumption)>>,
+    AtomicUsize,
+);
+
+impl runlimit_core::Observer for Recorder {
+    fn on_admission(&self, observation: &runlimit_core::AdmissionObservation<'_>) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((observation.outcome(), observation.consumption()));
+    }
+
+    fn on_cleanup(&self, observation: &runlimit_core::CleanupObservation) {
+        self.1.fetch_add(
+            usize::try_from(observation.removed().unwrap_or(0)).unwrap_or(0),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+#[tokio::test]
+async fn observers_see_outcomes_consumption_and_cleanup() {
+    use runlimit_core::{AdmissionOutcome as O, Consumption as C};
+    let Some(schema) = common::schema("observers").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let recorder = Arc::new(Recorder::default());
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config())
+        .with_observer(Arc::clone(&recorder));
+    let policy = policy("observed", 1, Duration::from_secs(60));
+    let check = Check::new(&policy, key(90, 1));
+    limiter.check(&check).await.expect("allowed");
+    limiter.check(&check).await.expect("denied");
+    let held = pool.acquire().await.expect("hold");
+    limiter.check(&check).await.expect_err("pool timeout");
+    drop(held);
+    common::ShiftTime { schema: &schema }
+        .advance_now(Duration::from_secs(61))
+        .await;
+    assert_eq!(limiter.cleanup_expired(10).await.expect("cleanup"), 1);
+    assert_eq!(
+        *recorder.0.lock().expect("lock"),
+        [
+            (O::Allowed, C::Consumed),
+            (O::QuotaDenied, C::NotConsumed),
+            (O::Failed, C::NotConsumed)
+        ]
+    );
+    assert_eq!(recorder.1.load(Ordering::SeqCst), 1);
+}
