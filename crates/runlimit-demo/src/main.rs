@@ -36,6 +36,9 @@ use runlimit_core::{FixedWindowPolicy, KeyHasher, Limiter, PolicyId, ScopeId, Su
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
+/// The schema the PostgreSQL demo owns (and resets on every run).
+const DEMO_SCHEMA: &str = "runlimit_demo";
+
 /// The client address the trusted-proxy middleware established.
 #[derive(Debug, Clone, Copy)]
 struct ClientAddress(IpAddr);
@@ -116,11 +119,7 @@ async fn resolve_client(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn router<L>(
-    limiter: Arc<L>,
-    hasher: Arc<KeyHasher>,
-    run: Arc<str>,
-) -> Result<Router, Box<dyn Error>>
+fn router<L>(limiter: Arc<L>, hasher: Arc<KeyHasher>) -> Result<Router, Box<dyn Error>>
 where
     L: Limiter<Policy = FixedWindowPolicy> + 'static,
 {
@@ -137,7 +136,6 @@ where
         Duration::from_secs(60),
     )?;
     let client_hasher = Arc::clone(&hasher);
-    let client_run = Arc::clone(&run);
     let client_key =
         move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
             let ClientAddress(address) = parts
@@ -155,7 +153,6 @@ where
                     )
                 }
             };
-            let subject = format!("{client_run}{subject}");
             Ok(client_hasher.hash_for(policy, subject.as_bytes()))
         };
     let identity_key =
@@ -164,8 +161,7 @@ where
                 .extensions
                 .get::<LoginAccount>()
                 .ok_or(MissingMetadata::new("login account"))?;
-            let subject = format!("{run}{account}");
-            Ok(hasher.hash_for(policy, subject.as_bytes()))
+            Ok(hasher.hash_for(policy, account.as_bytes()))
         };
     let limits = RateLimitLayer::from_shared(limiter)
         .check(client_policy, client_key)
@@ -259,22 +255,33 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
             let limiter = Arc::new(MemoryStore::new(
                 MemoryStoreConfig::new(50_000)?.with_shard_count(16)?,
             ));
-            serve_and_drive(&options, "memory", limiter, hasher, Arc::from("")).await
+            serve_and_drive(&options, "memory", limiter, hasher).await
         }
         Some(url) => {
-            let pool = sqlx::PgPool::connect(url).await?;
+            // The demo keeps its tables in a schema of its own and starts it
+            // afresh, so it never touches application tables or stale state.
+            let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(url).await?;
+            sqlx::raw_sql(&format!(
+                "DROP SCHEMA IF EXISTS {DEMO_SCHEMA} CASCADE; CREATE SCHEMA {DEMO_SCHEMA}"
+            ))
+            .execute(&mut admin)
+            .await?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .after_connect(|connection, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor;
+                        connection
+                            .execute(format!("SET search_path TO {DEMO_SCHEMA}").as_str())
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .connect(url)
+                .await?;
             let limiter =
                 PostgresLimiter::<FixedWindowPolicy>::new(pool, PostgresConfig::default());
             limiter.migrate().await?;
-            // Earlier demo runs left rows behind; bounded cleanup frees them.
-            limiter.cleanup_expired(10_000).await?;
-            // Counters in PostgreSQL outlive the process: give every run fresh
-            // subjects so repeated demos start from a clean slate.
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_nanos();
-            let run = Arc::from(format!("demo-run-{nanos}:"));
-            serve_and_drive(&options, "PostgreSQL", Arc::new(limiter), hasher, run).await
+            serve_and_drive(&options, "PostgreSQL", Arc::new(limiter), hasher).await
         }
     }
 }
@@ -284,7 +291,6 @@ async fn serve_and_drive<L>(
     backend: &str,
     limiter: Arc<L>,
     hasher: Arc<KeyHasher>,
-    run: Arc<str>,
 ) -> Result<(), Box<dyn Error>>
 where
     L: Limiter<Policy = FixedWindowPolicy> + 'static,
@@ -294,7 +300,7 @@ where
     for _ in 0..options.replicas {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         addresses.push(listener.local_addr()?);
-        let app = router(Arc::clone(&limiter), Arc::clone(&hasher), Arc::clone(&run))?;
+        let app = router(Arc::clone(&limiter), Arc::clone(&hasher))?;
         servers.push(tokio::spawn(async move {
             axum::serve(
                 listener,
@@ -364,7 +370,13 @@ async fn main() -> ExitCode {
     match run(options).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("demo failed: {error}");
+            let mut message = error.to_string();
+            let mut source = error.source();
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("demo failed: {message}");
             ExitCode::FAILURE
         }
     }
