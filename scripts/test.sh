@@ -54,6 +54,17 @@ cd "$repo_root"
 export RUNLIMIT_POSTGRES_TEST_DATABASE_URL="${RUNLIMIT_POSTGRES_TEST_DATABASE_URL-postgres://postgres@127.0.0.1:5432/test}"
 export RUNLIMIT_REDIS_TEST_URL="${RUNLIMIT_REDIS_TEST_URL-redis://127.0.0.1:6379/}"
 
+# The Redis Cluster tests need a cluster: start (or reuse) a 3-master one on
+# loopback unless the caller named one. Without redis-server the cluster tests
+# skip, or fail under RUNLIMIT_REQUIRE_SERVICES=1.
+if [[ -z "${RUNLIMIT_REDIS_CLUSTER_TEST_NODES+x}" ]]; then
+    if cluster_nodes="$(bash scripts/redis-cluster.sh start)"; then
+        export RUNLIMIT_REDIS_CLUSTER_TEST_NODES="$cluster_nodes"
+    else
+        echo "note: could not start a local Redis Cluster; its tests will skip or fail" >&2
+    fi
+fi
+
 # Announce each step before running it, and name the step that failed so a
 # long CI log does not have to be scrolled to find the culprit.
 current_step=""

@@ -1,0 +1,83 @@
+//! Shared quotas on Redis and Redis Cluster.
+//!
+//! `runlimit-redis` implements [`runlimit_core::Limiter`] on Redis with the same
+//! fixed-window and GCRA semantics as `runlimit-memory` and `runlimit-postgres`,
+//! proven by the shared conformance suite.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use runlimit_core::{Check, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+//! use runlimit_redis::{RedisConfig, RedisLimiter};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = redis::Client::open("redis://cache.internal:6379/")?;
+//! let connection = redis::aio::ConnectionManager::new(client).await?;
+//! let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, RedisConfig::default());
+//! let policy = GcraPolicy::new(
+//!     PolicyId::new("api.read")?,
+//!     ScopeId::new("client")?,
+//!     10,
+//!     Duration::from_secs(1),
+//!     20,
+//! )?;
+//! let decision = limiter.check(&Check::new(&policy, SubjectKey::from_digest([7; 32]))).await?;
+//! # let _ = decision;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # One round trip, one clock
+//!
+//! Every check and every atomic batch runs one Lua script (`EVALSHA`, reloaded
+//! with `EVAL` after `SCRIPT FLUSH` or a restart). Scripts run atomically, read
+//! Redis's own clock with `TIME`, decide every check first, and write only when
+//! all are allowed, so a denied or failed batch consumes nothing.
+//!
+//! # Exact arithmetic
+//!
+//! Lua numbers are doubles, exact only below 2<sup>53</sup>. Core's portable
+//! bounds keep every value the scripts handle below that: limits and costs are at
+//! most 10<sup>9</sup>, times are microseconds since the epoch (about
+//! 1.8 × 10<sup>15</sup>), and GCRA products such as `cost × period / quota` are
+//! computed by the client with 128-bit integers and handed over as a whole
+//! number of microseconds plus a remainder below the quota.
+//!
+//! # Keys, memory and eviction
+//!
+//! A key is the configured prefix plus the 128 hex digits of the counter key
+//! (policy fingerprint and HMAC subject key); raw subjects never reach Redis.
+//! Each key holds a two-field hash and expires by itself (`PEXPIREAT`) when its
+//! window ends or its full burst has replenished, so memory is bounded by the
+//! number of subjects active within one window or replenishment period, about
+//! 200 bytes each. Use `maxmemory-policy noeviction` (or `volatile-*` policies
+//! on an instance that holds nothing else you would rather keep): an evicted
+//! counter is forgotten, so its subject gets a fresh quota, exactly the failure
+//! a rate limiter exists to prevent. With `noeviction`, a full Redis refuses the
+//! script and the check fails closed with [`CheckError::Refused`].
+//!
+//! # Redis Cluster
+//!
+//! Build with [`RedisLimiter::cluster`] over a `ClusterConnection`. Single
+//! checks work for any key. A script can only touch keys in one hash slot, so
+//! with the default [`KeyRouting::PerCounter`] a batch whose keys fall in
+//! different slots is refused with [`CheckError::CrossSlot`] before anything is
+//! sent. [`KeyRouting::SingleSlot`] puts every key in one slot so batches always
+//! work, at the price of a hot slot: all limiter traffic on one node.
+//!
+//! # Failures
+//!
+//! Errors fail closed. [`CheckError::may_have_consumed_quota`] is `false` when
+//! nothing was sent or Redis refused the script, and `true` when the
+//! connection failed or the timeout expired after sending.
+
+mod config;
+mod error;
+mod keys;
+mod limiter;
+
+pub use config::{ConfigError, KeyRouting, MAX_BATCH_SIZE, MAX_PREFIX_LEN, RedisConfig};
+pub use error::CheckError;
+pub use limiter::{RedisLimiter, RedisPolicy};

@@ -1,0 +1,406 @@
+//! The Redis limiter.
+
+use std::{
+    fmt,
+    marker::PhantomData,
+    sync::{Arc, LazyLock},
+    time::{Duration, Instant},
+};
+
+use redis::{Script, aio::ConnectionLike};
+use runlimit_core::{
+    AdmissionObservation, AdmissionOutcome, BatchDecision, Check, Consumption, Decision, Denial,
+    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy, PolicyLabel, QuotaMode,
+    notify, validate_batch,
+};
+
+use crate::{
+    config::RedisConfig,
+    error::{CheckError, classify},
+    keys::{hash_slot, redis_key},
+};
+
+static FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
+static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for runlimit_core::FixedWindowPolicy {}
+    impl Sealed for runlimit_core::GcraPolicy {}
+}
+
+/// The policies Redis can evaluate: [`FixedWindowPolicy`] and [`GcraPolicy`].
+/// Sealed.
+pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
+    /// The script and its arguments for `checks`, and how to read its reply.
+    #[doc(hidden)]
+    fn script() -> &'static Script;
+    #[doc(hidden)]
+    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
+    #[doc(hidden)]
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>>;
+}
+
+/// A quota shared through Redis or Redis Cluster.
+///
+/// Each check or batch is one atomic Lua script (`EVALSHA`, reloaded on
+/// `NOSCRIPT`): it reads Redis's clock (`TIME`), decides every check, and
+/// writes only if all are allowed, setting each key to expire when its state
+/// becomes worthless. `C` is any `redis` async connection: a reconnecting
+/// `ConnectionManager` for one server, a `ClusterConnection` for a cluster.
+pub struct RedisLimiter<C, P = FixedWindowPolicy> {
+    connection: C,
+    config: RedisConfig,
+    cluster: bool,
+    observer: Option<Arc<dyn Observer>>,
+    policy: PhantomData<fn() -> P>,
+}
+
+impl<C, P> fmt::Debug for RedisLimiter<C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("policy", &std::any::type_name::<P>())
+            .field("config", &self.config)
+            .field("cluster", &self.cluster)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, P> RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    /// A limiter for one Redis server (use a `ConnectionManager`, which
+    /// reconnects by itself).
+    #[must_use]
+    pub fn new(connection: C, config: RedisConfig) -> Self {
+        Self {
+            connection,
+            config,
+            cluster: false,
+            observer: None,
+            policy: PhantomData,
+        }
+    }
+
+    /// A limiter for a Redis Cluster: batches whose keys span slots are refused
+    /// with [`CheckError::CrossSlot`] before anything is sent.
+    #[must_use]
+    pub fn cluster(connection: C, config: RedisConfig) -> Self {
+        Self {
+            cluster: true,
+            ..Self::new(connection, config)
+        }
+    }
+
+    /// Installs an observer for admission observations.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decision>, CheckError> {
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|check| redis_key(&self.config, &check.counter_key()))
+            .collect();
+        if self.cluster {
+            let mut slots: Vec<u16> = keys.iter().map(|key| hash_slot(key)).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            if slots.len() > 1 {
+                return Err(CheckError::CrossSlot { slots: slots.len() });
+            }
+        }
+        let mut invocation = P::script().prepare_invoke();
+        for key in &keys {
+            invocation.key(key);
+        }
+        for argument in P::arguments(checks) {
+            invocation.arg(argument);
+        }
+        let mut connection = self.connection.clone();
+        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
+        // `invoke_async` answers NOSCRIPT by loading the script and retrying once;
+        // a flush racing that reload yields NOSCRIPT again. The script did not run,
+        // so trying again is safe.
+        let mut attempts = 0;
+        let reply: Vec<i64> = loop {
+            attempts += 1;
+            match tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection)).await
+            {
+                Err(_) => return Err(CheckError::OperationTimeout),
+                Ok(Err(error))
+                    if error.kind() == redis::ErrorKind::NoScriptError && attempts < 3 => {}
+                Ok(Err(error)) => return Err(classify(error)),
+                Ok(Ok(reply)) => break reply,
+            }
+        };
+        P::decisions(checks, &reply).ok_or(CheckError::UnexpectedReply)
+    }
+
+    fn observe(
+        &self,
+        operation: Operation,
+        checks: &[Check<'_, P>],
+        started: Option<Instant>,
+        (outcome, consumption, index): (AdmissionOutcome, Consumption, Option<usize>),
+    ) {
+        let (Some(observer), Some(started)) = (&self.observer, started) else {
+            return;
+        };
+        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
+        let observation = AdmissionObservation::new(
+            operation,
+            &labels,
+            index,
+            outcome,
+            consumption,
+            started.elapsed(),
+        );
+        notify(&**observer, |observer| observer.on_admission(&observation));
+    }
+
+    async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let result = self
+            .decide(std::slice::from_ref(check))
+            .await
+            .and_then(|mut decisions| decisions.pop().ok_or(CheckError::UnexpectedReply));
+        let outcome = match &result {
+            Ok(decision) => AdmissionOutcome::of_decision(decision),
+            Err(error) => failure(error),
+        };
+        self.observe(
+            Operation::Check,
+            std::slice::from_ref(check),
+            started,
+            outcome,
+        );
+        result
+    }
+
+    async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+        let started = self.observer.as_ref().map(|_| Instant::now());
+        let result = match validate_batch(checks, self.config.max_batch_size()) {
+            Err(error) => Err(CheckError::InvalidBatch(error)),
+            Ok(()) => self.decide(checks).await.map(BatchDecision::from_decisions),
+        };
+        let outcome = match &result {
+            Ok(batch) => AdmissionOutcome::of_batch(batch),
+            Err(error) => failure(error),
+        };
+        self.observe(Operation::Batch, checks, started, outcome);
+        result
+    }
+}
+
+fn failure(error: &CheckError) -> (AdmissionOutcome, Consumption, Option<usize>) {
+    let consumption = if error.may_have_consumed_quota() {
+        Consumption::PossiblyConsumed
+    } else {
+        Consumption::NotConsumed
+    };
+    (AdmissionOutcome::Failed, consumption, None)
+}
+
+macro_rules! limiter_for {
+    ($policy:ty) => {
+        impl<C> Limiter for RedisLimiter<C, $policy>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            type Policy = $policy;
+            type Error = CheckError;
+
+            async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
+                self.check_one(check).await
+            }
+
+            async fn check_all(
+                &self,
+                checks: &[Check<'_, $policy>],
+            ) -> Result<BatchDecision, CheckError> {
+                self.check_batch(checks).await
+            }
+        }
+    };
+}
+
+limiter_for!(FixedWindowPolicy);
+limiter_for!(GcraPolicy);
+
+fn as_i64(value: u64) -> i64 {
+    // Every value is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn as_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
+    match mode {
+        QuotaMode::Enforce => Decision::denied(denial),
+        // A quota denial is never a storage-capacity denial.
+        QuotaMode::Shadow => Decision::shadow_denied(denial).unwrap_or(Decision::denied(denial)),
+    }
+}
+
+impl RedisPolicy for FixedWindowPolicy {
+    fn script() -> &'static Script {
+        &FIXED_WINDOW
+    }
+
+    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+        checks
+            .iter()
+            .flat_map(|check| {
+                let policy = check.policy();
+                [
+                    as_i64(policy.limit()),
+                    as_i64(policy.window_millis().saturating_mul(1_000)),
+                    as_i64(check.cost()),
+                ]
+            })
+            .collect()
+    }
+
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>> {
+        let now = *reply.last()?;
+        if reply.len() != checks.len() * 3 + 1 {
+            return None;
+        }
+        checks
+            .iter()
+            .zip(reply.chunks_exact(3))
+            .map(|(check, values)| {
+                let policy = check.policy();
+                let left = Duration::from_micros(as_u64(values[2] - now));
+                match values[0] {
+                    0 => Decision::allowed(
+                        policy.limit(),
+                        policy.limit().saturating_sub(as_u64(values[1])),
+                        left,
+                    )
+                    .ok(),
+                    1 => Some(quota_decision(
+                        policy.quota_mode(),
+                        Denial::QuotaExceeded {
+                            capacity: policy.limit(),
+                            retry_after: left,
+                        },
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `factor × micros / quota` as whole microseconds and a remainder over `quota`.
+fn exact_micros(factor: u64, micros: u64, quota: u64) -> (u64, u64) {
+    let product = u128::from(factor) * u128::from(micros);
+    let quota = u128::from(quota);
+    (
+        u64::try_from(product / quota).unwrap_or(u64::MAX),
+        u64::try_from(product % quota).unwrap_or(0),
+    )
+}
+
+fn sub_pair(a: (u64, u64), b: (u64, u64), quota: u64) -> (u64, u64) {
+    if a.1 >= b.1 {
+        (a.0 - b.0, a.1 - b.1)
+    } else {
+        (a.0 - b.0 - 1, a.1 + quota - b.1)
+    }
+}
+
+fn ceil_millis(pair: (u64, u64)) -> Duration {
+    Duration::from_millis((pair.0 + u64::from(pair.1 > 0)).div_ceil(1_000))
+}
+
+fn period_micros(check: &Check<'_, GcraPolicy>) -> u64 {
+    check.policy().period_millis().saturating_mul(1_000)
+}
+
+fn tolerance(check: &Check<'_, GcraPolicy>) -> (u64, u64) {
+    let policy = check.policy();
+    exact_micros(
+        policy.burst_capacity(),
+        period_micros(check),
+        policy.quota(),
+    )
+}
+
+impl RedisPolicy for GcraPolicy {
+    fn script() -> &'static Script {
+        &GCRA
+    }
+
+    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+        checks
+            .iter()
+            .flat_map(|check| {
+                let quota = check.policy().quota();
+                let increment = exact_micros(check.cost(), period_micros(check), quota);
+                let tolerance = tolerance(check);
+                [
+                    as_i64(quota),
+                    as_i64(increment.0),
+                    as_i64(increment.1),
+                    as_i64(tolerance.0),
+                    as_i64(tolerance.1),
+                ]
+            })
+            .collect()
+    }
+
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>> {
+        if reply.len() != checks.len() * 3 {
+            return None;
+        }
+        checks
+            .iter()
+            .zip(reply.chunks_exact(3))
+            .map(|(check, values)| {
+                let policy = check.policy();
+                let quota = policy.quota();
+                let ahead = (as_u64(values[1]), as_u64(values[2]));
+                let tolerance = tolerance(check);
+                match values[0] {
+                    0 => {
+                        let slack = sub_pair(tolerance, ahead, quota);
+                        let scaled = u128::from(slack.0) * u128::from(quota) + u128::from(slack.1);
+                        let remaining =
+                            u64::try_from(scaled / u128::from(period_micros(check))).ok()?;
+                        Decision::allowed(
+                            policy.burst_capacity(),
+                            remaining.min(policy.burst_capacity()),
+                            ceil_millis(ahead),
+                        )
+                        .ok()
+                    }
+                    1 => Some(quota_decision(
+                        policy.quota_mode(),
+                        Denial::QuotaExceeded {
+                            capacity: policy.burst_capacity(),
+                            retry_after: ceil_millis(sub_pair(ahead, tolerance, quota)),
+                        },
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,239 @@
+//! Contention, exactness at the bounds, cluster slots, script flushes and
+//! restarts against real Redis servers.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::aio::ConnectionManager;
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
+    SubjectKey,
+};
+use runlimit_redis::{CheckError, KeyRouting, RedisLimiter};
+
+fn fixed(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        window,
+    )
+    .expect("valid")
+}
+
+fn key(n: u8) -> SubjectKey {
+    SubjectKey::from_digest([n; 32])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_connections_admit_exactly_the_limit() {
+    let Some(_) = common::connect("contention").await else {
+        return;
+    };
+    let config = common::config("contention");
+    let policy = Arc::new(fixed("contended", 100, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = redis::Client::open(common::url()).expect("url");
+        let connection = ConnectionManager::new(client).await.expect("connect");
+        let limiter = Arc::new(RedisLimiter::<_, FixedWindowPolicy>::new(
+            connection,
+            config.clone(),
+        ));
+        for _ in 0..4 {
+            let (limiter, policy, admitted) = (
+                Arc::clone(&limiter),
+                Arc::clone(&policy),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    if limiter
+                        .check(&Check::new(&*policy, key(1)))
+                        .await
+                        .expect("no error")
+                        .is_allowed()
+                    {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+}
+
+#[tokio::test]
+async fn the_largest_policies_are_computed_exactly() {
+    let Some(connection) = common::connect("extremes").await else {
+        return;
+    };
+    let config = common::config("extremes");
+    let fixed_limiter =
+        RedisLimiter::<_, FixedWindowPolicy>::new(connection.clone(), config.clone());
+    let widest = fixed("widest", MAX_LIMIT, MAX_WINDOW);
+    let all = Check::weighted(&widest, key(2), MAX_LIMIT).expect("valid");
+    let decision = fixed_limiter.check(&all).await.expect("check");
+    assert_eq!(decision.remaining(), Some(0));
+    let reset = decision.reset_after().expect("allowed");
+    assert!(
+        reset <= MAX_WINDOW && reset + Duration::from_secs(1) > MAX_WINDOW,
+        "{reset:?}"
+    );
+    let denied = fixed_limiter
+        .check(&Check::new(&widest, key(2)))
+        .await
+        .expect("check");
+    assert!(denied.is_denied());
+    let partial = Check::weighted(&widest, key(3), MAX_LIMIT - 1).expect("valid");
+    assert_eq!(
+        fixed_limiter
+            .check(&partial)
+            .await
+            .expect("check")
+            .remaining(),
+        Some(1)
+    );
+    assert_eq!(
+        fixed_limiter
+            .check(&Check::new(&widest, key(3)))
+            .await
+            .expect("check")
+            .remaining(),
+        Some(0)
+    );
+
+    let gcra_limiter = RedisLimiter::<_, GcraPolicy>::new(connection, config);
+    let gcra = GcraPolicy::new(
+        PolicyId::new("extreme").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        MAX_LIMIT,
+        MAX_WINDOW,
+        MAX_LIMIT,
+    )
+    .expect("valid");
+    let burst = Check::weighted(&gcra, key(4), MAX_LIMIT).expect("valid");
+    let decision = gcra_limiter.check(&burst).await.expect("check");
+    assert_eq!(decision.remaining(), Some(0));
+    assert_eq!(decision.reset_after(), Some(MAX_WINDOW));
+    // One unit replenishes after 366 days / 1e9 = 31.6224 ms, reported as 32 ms.
+    let denied = gcra_limiter
+        .check(&Check::new(&gcra, key(4)))
+        .await
+        .expect("check");
+    let retry = denied.retry_after().expect("denied");
+    assert!(
+        retry <= Duration::from_millis(32)
+            && retry + Duration::from_millis(250) >= Duration::from_millis(32),
+        "{retry:?}"
+    );
+}
+
+#[tokio::test]
+async fn cross_slot_batches_are_refused_before_anything_is_consumed() {
+    let Some(connection) = common::connect("cross-slot").await else {
+        return;
+    };
+    let config = common::config("cross-slot");
+    let client = fixed("client", 5, Duration::from_secs(60));
+    let identity = fixed("identity", 5, Duration::from_secs(60));
+    let batch = [Check::new(&client, key(5)), Check::new(&identity, key(6))];
+
+    let spread = RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config.clone());
+    let error = spread.check_all(&batch).await.expect_err("different slots");
+    assert!(
+        matches!(error, CheckError::CrossSlot { slots: 2 }),
+        "{error:?}"
+    );
+    assert!(!error.may_have_consumed_quota());
+    // Nothing was consumed: each counter still has its whole limit.
+    assert_eq!(
+        spread.check(&batch[0]).await.expect("single").remaining(),
+        Some(4)
+    );
+    assert_eq!(
+        spread.check(&batch[1]).await.expect("single").remaining(),
+        Some(4)
+    );
+
+    let colocated = RedisLimiter::<_, FixedWindowPolicy>::cluster(
+        connection,
+        config
+            .with_routing(KeyRouting::SingleSlot("login".to_owned()))
+            .expect("valid tag"),
+    );
+    assert!(
+        colocated
+            .check_all(&batch)
+            .await
+            .expect("one slot")
+            .is_allowed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flushes_during_load_are_survived() {
+    let Some(connection) = common::connect("flush").await else {
+        return;
+    };
+    let config = common::config("flush");
+    let limiter = Arc::new(RedisLimiter::<_, GcraPolicy>::new(
+        connection.clone(),
+        config,
+    ));
+    let policy = Arc::new(
+        GcraPolicy::new(
+            PolicyId::new("flushed").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            1,
+            Duration::from_secs(3_600),
+            60,
+        )
+        .expect("valid"),
+    );
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (limiter, policy, admitted) = (
+            Arc::clone(&limiter),
+            Arc::clone(&policy),
+            Arc::clone(&admitted),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let decision = limiter
+                    .check(&Check::new(&*policy, key(7)))
+                    .await
+                    .expect("reloaded after NOSCRIPT");
+                if decision.is_allowed() {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut flusher = connection.clone();
+    for _ in 0..5 {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut flusher)
+            .await
+            .expect("flush");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 60);
+}

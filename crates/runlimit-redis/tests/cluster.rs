@@ -1,0 +1,171 @@
+//! The conformance suite and slot rules on a real 3-master Redis Cluster
+//! (started by `scripts/redis-cluster.sh`; node URLs in
+//! `RUNLIMIT_REDIS_CLUSTER_TEST_NODES`).
+
+mod common;
+
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use runlimit_conformance::{TimeControl, fixed_window_suite, gcra_suite};
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_redis::{CheckError, KeyRouting, RedisConfig, RedisLimiter};
+
+fn nodes() -> Option<Vec<String>> {
+    match std::env::var("RUNLIMIT_REDIS_CLUSTER_TEST_NODES") {
+        Ok(nodes) if !nodes.trim().is_empty() => {
+            Some(nodes.split(',').map(str::to_owned).collect())
+        }
+        _ => {
+            if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!(
+                    "a Redis Cluster is required (RUNLIMIT_REQUIRE_SERVICES=1): set RUNLIMIT_REDIS_CLUSTER_TEST_NODES (scripts/redis-cluster.sh starts one)"
+                );
+            }
+            eprintln!("skipping: RUNLIMIT_REDIS_CLUSTER_TEST_NODES is not set");
+            None
+        }
+    }
+}
+
+async fn connect(nodes: &[String]) -> ClusterConnection {
+    redis::cluster::ClusterClient::new(nodes.to_vec())
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("cluster connection")
+}
+
+/// Shifts state on every node: each node scans and rewrites only its own keys.
+struct ShiftCluster {
+    nodes: Vec<String>,
+    prefix: String,
+}
+
+impl TimeControl for ShiftCluster {
+    async fn advance(&self, by: Duration) {
+        let micros = i64::try_from(by.as_micros()).expect("small");
+        for node in &self.nodes {
+            let client = redis::Client::open(node.as_str()).expect("node url");
+            let mut connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node");
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{}*", self.prefix))
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut connection)
+                    .await
+                    .expect("scan");
+                for key in keys {
+                    for field in ["e", "t"] {
+                        let value: Option<i64> = redis::cmd("HGET")
+                            .arg(&key)
+                            .arg(field)
+                            .query_async(&mut connection)
+                            .await
+                            .expect("hget");
+                        if let Some(value) = value {
+                            redis::cmd("HSET")
+                                .arg(&key)
+                                .arg(field)
+                                .arg(value - micros)
+                                .query_async::<()>(&mut connection)
+                                .await
+                                .expect("hset");
+                        }
+                    }
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+    }
+
+    fn drift(&self) -> Duration {
+        Duration::from_millis(250)
+    }
+}
+
+fn single_slot(config: RedisConfig) -> RedisConfig {
+    config
+        .with_routing(KeyRouting::SingleSlot("conformance".to_owned()))
+        .expect("valid tag")
+}
+
+#[tokio::test]
+async fn the_conformance_suite_passes_on_a_cluster() {
+    let Some(nodes) = nodes() else { return };
+    let connection = connect(&nodes).await;
+    // The suite batches different policies, so it runs with one hash slot; the
+    // single checks below exercise keys spread over the cluster.
+    let config = single_slot(common::config("cluster-fixed"));
+    let time = ShiftCluster {
+        nodes: nodes.clone(),
+        prefix: config.prefix().to_owned(),
+    };
+    fixed_window_suite(
+        &RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config),
+        &time,
+    )
+    .await;
+    let config = single_slot(common::config("cluster-gcra"));
+    let time = ShiftCluster {
+        nodes,
+        prefix: config.prefix().to_owned(),
+    };
+    gcra_suite(
+        &RedisLimiter::<_, GcraPolicy>::cluster(connection, config),
+        &time,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_refused() {
+    let Some(nodes) = nodes() else { return };
+    let connection = connect(&nodes).await;
+    let config = common::config("cluster-spread");
+    let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection, config);
+    let policy = GcraPolicy::new(
+        PolicyId::new("spread").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(60),
+        2,
+    )
+    .expect("valid");
+    // Sixty-four keys land on every master.
+    for n in 0..64u8 {
+        let decision = limiter
+            .check(&Check::new(&policy, SubjectKey::from_digest([n; 32])))
+            .await
+            .expect("single check");
+        assert_eq!(decision.remaining(), Some(1));
+    }
+    let batch = [
+        Check::new(&policy, SubjectKey::from_digest([100; 32])),
+        Check::new(&policy, SubjectKey::from_digest([101; 32])),
+    ];
+    let error = limiter
+        .check_all(&batch)
+        .await
+        .expect_err("keys in two slots");
+    assert!(matches!(error, CheckError::CrossSlot { .. }), "{error:?}");
+    assert!(!error.may_have_consumed_quota());
+    assert_eq!(
+        limiter
+            .check(&batch[0])
+            .await
+            .expect("untouched")
+            .remaining(),
+        Some(1)
+    );
+}
