@@ -1,0 +1,183 @@
+//! Throughput and latency of RedisLimiter against a `PING` floor on the same
+//! connections, in one run.
+//!
+//! Run with `cargo bench -p runlimit-redis --bench redis` (reads
+//! `RUNLIMIT_REDIS_TEST_URL`; `BENCH_SECONDS` sets seconds per cell). Results are
+//! recorded in BENCHMARKS.md.
+#![allow(missing_docs, clippy::cast_precision_loss)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use redis::aio::ConnectionManager;
+use runlimit_core::{
+    Check, FixedWindowPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId, SubjectKey,
+};
+use runlimit_redis::{RedisConfig, RedisLimiter};
+
+const KEYS: u64 = 10_000;
+const CONNECTIONS: usize = 8;
+
+#[derive(Clone, Copy, Debug)]
+enum Workload {
+    Ping,
+    Check,
+    BatchOfTwo,
+}
+
+fn subject(n: u64) -> SubjectKey {
+    let mut digest = [0u8; 32];
+    let mut state = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    for chunk in digest.chunks_mut(8) {
+        state ^= state >> 31;
+        state = state.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        chunk.copy_from_slice(&state.to_le_bytes());
+    }
+    SubjectKey::from_digest(digest)
+}
+
+type Shared = Arc<
+    Vec<(
+        ConnectionManager,
+        RedisLimiter<ConnectionManager, FixedWindowPolicy>,
+    )>,
+>;
+
+async fn run(
+    workload: Workload,
+    tasks: usize,
+    seconds: f64,
+    shared: &Shared,
+    policies: &Arc<[FixedWindowPolicy; 2]>,
+) -> (f64, Duration, Duration) {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (shared, policies) = (Arc::clone(shared), Arc::clone(policies));
+            tokio::spawn(async move {
+                let (connection, limiter) = &shared[task % shared.len()];
+                let mut connection = connection.clone();
+                let mut latencies = Vec::new();
+                let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
+                while Instant::now() < deadline {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let key = subject(state % KEYS);
+                    let started = Instant::now();
+                    match workload {
+                        Workload::Ping => {
+                            redis::cmd("PING")
+                                .query_async::<String>(&mut connection)
+                                .await
+                                .expect("ping");
+                        }
+                        Workload::Check => {
+                            let decision = limiter
+                                .check(&Check::new(&policies[0], key))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
+                        }
+                        Workload::BatchOfTwo => {
+                            let checks =
+                                [Check::new(&policies[0], key), Check::new(&policies[1], key)];
+                            assert!(
+                                limiter
+                                    .check_all(&checks)
+                                    .await
+                                    .expect("batch")
+                                    .is_allowed()
+                            );
+                        }
+                    }
+                    latencies.push(started.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for handle in handles {
+        latencies.extend(handle.await.expect("task"));
+    }
+    latencies.sort_unstable();
+    let percentile = |per_mille: usize| latencies[(latencies.len() - 1) * per_mille / 1_000];
+    (
+        latencies.len() as f64 / seconds,
+        percentile(500),
+        percentile(990),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let url = std::env::var("RUNLIMIT_REDIS_TEST_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let config = RedisConfig::default()
+        .with_prefix(format!("rl-bench:{}:", std::process::id()))
+        .expect("valid");
+    let mut shared = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let client = redis::Client::open(url.as_str()).expect("url");
+        let connection = ConnectionManager::new(client).await.expect("connect");
+        shared.push((
+            connection.clone(),
+            RedisLimiter::new(connection, config.clone()),
+        ));
+    }
+    let shared: Shared = Arc::new(shared);
+    let policy = |scope: &str| {
+        FixedWindowPolicy::new(
+            PolicyId::new("bench").expect("valid"),
+            ScopeId::new(scope).expect("valid"),
+            MAX_LIMIT,
+            MAX_WINDOW,
+        )
+        .expect("valid")
+    };
+    let policies = Arc::new([policy("client"), policy("identity")]);
+    run(Workload::BatchOfTwo, 32, 1.0, &shared, &policies).await;
+    println!("| tasks | workload | ops/s | p50 | p99 | vs PING floor |");
+    println!("|---|---|---|---|---|---|");
+    for tasks in [1usize, 8, 32] {
+        let mut floor = 0.0;
+        for workload in [Workload::Ping, Workload::Check, Workload::BatchOfTwo] {
+            let (rate, p50, p99) = run(workload, tasks, seconds, &shared, &policies).await;
+            if matches!(workload, Workload::Ping) {
+                floor = rate;
+            }
+            let relative = if matches!(workload, Workload::Ping) {
+                String::new()
+            } else {
+                format!("{:.0}%", 100.0 * rate / floor)
+            };
+            println!(
+                "| {tasks} | {workload:?} | {rate:.0} | {:.3} ms | {:.3} ms | {relative} |",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            );
+        }
+    }
+    // Leave nothing behind: the benchmark's keys would otherwise live a year.
+    let (connection, _) = &shared[0];
+    let mut connection = connection.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", config.prefix()))
+        .query_async(&mut connection)
+        .await
+        .expect("keys");
+    for chunk in keys.chunks(500) {
+        redis::cmd("DEL")
+            .arg(chunk)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("del");
+    }
+}
