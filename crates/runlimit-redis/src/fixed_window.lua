@@ -1,9 +1,11 @@
 -- Anchored fixed windows for a batch of counters, decided atomically.
 -- KEYS[i]: the counter keys. ARGV: limit, window_us, cost for each key, in order.
+-- State: one string "used:expires_us" per counter, expiring with its window.
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), used, expires_us;
 -- then now_us. Nothing is written unless every check is allowed.
 -- All integers stay below 2^53, where Lua's doubles are exact: limits and costs
--- are at most 1e9 and times are microseconds since the epoch.
+-- are at most 1e9 and times are microseconds since the epoch; '%d' formats
+-- them through a 64-bit integer, never in exponent notation.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local used, expires, outcome = {}, {}, {}
@@ -12,8 +14,12 @@ for i = 1, #KEYS do
     local limit = tonumber(ARGV[3 * i - 2])
     local window = tonumber(ARGV[3 * i - 1])
     local cost = tonumber(ARGV[3 * i])
-    local state = redis.call('HMGET', KEYS[i], 'u', 'e')
-    local u, e = tonumber(state[1]), tonumber(state[2])
+    local u, e
+    local state = redis.call('GET', KEYS[i])
+    if state then
+        local stored_used, stored_expires = string.match(state, '^(%d+):(%d+)$')
+        u, e = tonumber(stored_used), tonumber(stored_expires)
+    end
     if u == nil or e == nil or e <= now then
         -- No window, or an expired one: the next allowed check anchors anew.
         u = 0
@@ -31,9 +37,9 @@ for i = 1, #KEYS do
 end
 if not denied then
     for i = 1, #KEYS do
-        redis.call('HSET', KEYS[i], 'u', used[i], 'e', expires[i])
         -- Redis drops the counter by itself once its window has ended.
-        redis.call('PEXPIREAT', KEYS[i], math.ceil(expires[i] / 1000))
+        redis.call('SET', KEYS[i], string.format('%d:%d', used[i], expires[i]),
+            'PXAT', string.format('%d', math.ceil(expires[i] / 1000)))
     end
 end
 local reply = {}

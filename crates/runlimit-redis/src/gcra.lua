@@ -1,6 +1,6 @@
 -- GCRA for a batch of counters, decided atomically.
--- State: the theoretical arrival time as whole microseconds ('t') and a
--- remainder in units of 1/quota microsecond ('r').
+-- State: one string "tat_us:tat_rem" per counter: the theoretical arrival time
+-- as whole microseconds and a remainder in units of 1/quota microsecond.
 -- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
 -- increment_rem, tolerance_us, tolerance_rem (products already reduced by the
 -- client, so every value here stays below 2^53).
@@ -15,8 +15,13 @@ for i = 1, #KEYS do
     local quota = tonumber(ARGV[base + 1])
     local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
     local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-    local state = redis.call('HMGET', KEYS[i], 't', 'r')
-    local t, r = tonumber(state[1]), tonumber(state[2])
+    local t, r
+    local state = redis.call('GET', KEYS[i])
+    if state then
+        local stored_t, stored_r = string.match(state, '^(%d+):(%d+)$')
+        t, r = tonumber(stored_t), tonumber(stored_r)
+    end
+    -- start = max(stored arrival time, now)
     if t == nil or r == nil or t < now or (t == now and r == 0) then
         t, r = now, 0
     end
@@ -37,13 +42,13 @@ for i = 1, #KEYS do
 end
 if not denied then
     for i = 1, #KEYS do
-        redis.call('HSET', KEYS[i], 't', tat_us[i], 'r', tat_rem[i])
         -- The entry is worthless once the full burst has replenished.
         local expires = tat_us[i]
         if tat_rem[i] > 0 then
             expires = expires + 1
         end
-        redis.call('PEXPIREAT', KEYS[i], math.ceil(expires / 1000))
+        redis.call('SET', KEYS[i], string.format('%d:%d', tat_us[i], tat_rem[i]),
+            'PXAT', string.format('%d', math.ceil(expires / 1000)))
     end
 end
 local reply = {}

@@ -49,10 +49,11 @@
 //!
 //! A key is the configured prefix plus the 128 hex digits of the counter key
 //! (policy fingerprint and HMAC subject key); raw subjects never reach Redis.
-//! Each key holds a two-field hash and expires by itself (`PEXPIREAT`) when its
-//! window ends or its full burst has replenished, so memory is bounded by the
-//! number of subjects active within one window or replenishment period, about
-//! 200 bytes each. Use `maxmemory-policy noeviction` (or `volatile-*` policies
+//! Each key holds one short string (`used:window_end_us` or
+//! `arrival_us:remainder`) and expires by itself (`SET … PXAT`) when its window
+//! ends or its full burst has replenished, so memory is bounded by the number of
+//! subjects active within one window or replenishment period, roughly 200 bytes
+//! each with Redis's per-key overhead. Use `maxmemory-policy noeviction` (or `volatile-*` policies
 //! on an instance that holds nothing else you would rather keep): an evicted
 //! counter is forgotten, so its subject gets a fresh quota, exactly the failure
 //! a rate limiter exists to prevent. With `noeviction`, a full Redis refuses the

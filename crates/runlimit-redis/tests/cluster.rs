@@ -40,6 +40,7 @@ async fn connect(nodes: &[String]) -> ClusterConnection {
 struct ShiftCluster {
     nodes: Vec<String>,
     prefix: String,
+    gcra: bool,
 }
 
 impl TimeControl for ShiftCluster {
@@ -63,23 +64,39 @@ impl TimeControl for ShiftCluster {
                     .await
                     .expect("scan");
                 for key in keys {
-                    for field in ["e", "t"] {
-                        let value: Option<i64> = redis::cmd("HGET")
-                            .arg(&key)
-                            .arg(field)
-                            .query_async(&mut connection)
-                            .await
-                            .expect("hget");
-                        if let Some(value) = value {
-                            redis::cmd("HSET")
-                                .arg(&key)
-                                .arg(field)
-                                .arg(value - micros)
-                                .query_async::<()>(&mut connection)
-                                .await
-                                .expect("hset");
-                        }
+                    let state: Option<String> = redis::cmd("GET")
+                        .arg(&key)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("get");
+                    let ttl: i64 = redis::cmd("PTTL")
+                        .arg(&key)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("pttl");
+                    let Some(state) = state else { continue };
+                    if ttl <= 0 {
+                        continue;
                     }
+                    let (first, second) = state.split_once(':').expect("encoded state");
+                    let (mut first, mut second): (i64, i64) = (
+                        first.parse().expect("number"),
+                        second.parse().expect("number"),
+                    );
+                    // Fixed windows store used:expires_us; GCRA stores tat_us:remainder.
+                    if self.gcra {
+                        first -= micros;
+                    } else {
+                        second -= micros;
+                    }
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(format!("{first}:{second}"))
+                        .arg("PX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut connection)
+                        .await
+                        .expect("set");
                 }
                 if next == 0 {
                     break;
@@ -110,6 +127,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let time = ShiftCluster {
         nodes: nodes.clone(),
         prefix: config.prefix().to_owned(),
+        gcra: false,
     };
     fixed_window_suite(
         &RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config),
@@ -120,6 +138,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let time = ShiftCluster {
         nodes,
         prefix: config.prefix().to_owned(),
+        gcra: true,
     };
     gcra_suite(
         &RedisLimiter::<_, GcraPolicy>::cluster(connection, config),

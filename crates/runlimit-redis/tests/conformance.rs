@@ -15,6 +15,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     let time = common::ShiftTime {
         connection: connection.clone(),
         prefix: config.prefix().to_owned(),
+        gcra: false,
     };
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
     fixed_window_suite(&limiter, &time).await;
@@ -29,6 +30,7 @@ async fn gcra_passes_the_conformance_suite() {
     let time = common::ShiftTime {
         connection: connection.clone(),
         prefix: config.prefix().to_owned(),
+        gcra: true,
     };
     let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, config);
     gcra_suite(&limiter, &time).await;

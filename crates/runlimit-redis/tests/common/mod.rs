@@ -58,6 +58,8 @@ pub(crate) fn config(test: &str) -> RedisConfig {
 pub(crate) struct ShiftTime {
     pub(crate) connection: ConnectionManager,
     pub(crate) prefix: String,
+    /// Whether the keys hold GCRA state rather than fixed windows.
+    pub(crate) gcra: bool,
 }
 
 const SHIFT: &str = r"
@@ -67,10 +69,18 @@ repeat
     local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1] .. '*', 'COUNT', 1000)
     cursor = page[1]
     for _, key in ipairs(page[2]) do
-        local e = tonumber(redis.call('HGET', key, 'e'))
-        if e then redis.call('HSET', key, 'e', e - shift) end
-        local t = tonumber(redis.call('HGET', key, 't'))
-        if t then redis.call('HSET', key, 't', t - shift) end
+        local state = redis.call('GET', key)
+        local ttl = redis.call('PTTL', key)
+        if state and ttl > 0 then
+            local first, second = string.match(state, '^(%d+):(%d+)$')
+            -- Fixed windows store used:expires_us; GCRA stores tat_us:remainder.
+            if ARGV[3] == 'gcra' then
+                first = tonumber(first) - shift
+            else
+                second = tonumber(second) - shift
+            end
+            redis.call('SET', key, string.format('%d:%d', first, second), 'PX', ttl)
+        end
     end
 until cursor == '0'
 return 0
@@ -83,6 +93,7 @@ impl TimeControl for ShiftTime {
         redis::Script::new(SHIFT)
             .arg(&self.prefix)
             .arg(micros)
+            .arg(if self.gcra { "gcra" } else { "fixed" })
             .invoke_async::<i64>(&mut connection)
             .await
             .expect("shift");
