@@ -1,7 +1,5 @@
 //! Key naming and Redis Cluster hash slots.
 
-use std::fmt::Write as _;
-
 use runlimit_core::CounterKey;
 
 use crate::config::{KeyRouting, RedisConfig};
@@ -17,9 +15,10 @@ pub(crate) fn redis_key(config: &RedisConfig, counter: &CounterKey) -> String {
         key.push_str(tag);
         key.push_str("}:");
     }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for byte in counter.to_bytes() {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{byte:02x}");
+        key.push(char::from(HEX[usize::from(byte >> 4)]));
+        key.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     key
 }
