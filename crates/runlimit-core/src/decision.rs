@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::policy::MAX_LIMIT;
+use crate::policy::{MAX_LIMIT, QuotaMode};
 
 /// Why a check was, or in shadow mode would have been, refused.
 ///
@@ -217,6 +217,18 @@ impl Decision {
             return Err(DecisionError::ShadowStorageCapacity);
         }
         Ok(Self(Outcome::ShadowDenied(denial)))
+    }
+
+    /// The decision a denial yields under `mode`: shadow-denied for a quota
+    /// denial of a shadow policy, denied otherwise. Storage-capacity denials are
+    /// always enforced, whatever the mode.
+    #[inline]
+    #[must_use]
+    pub fn for_mode(mode: QuotaMode, denial: Denial) -> Self {
+        match mode {
+            QuotaMode::Shadow if denial.is_quota_exceeded() => Self(Outcome::ShadowDenied(denial)),
+            _ => Self(Outcome::Denied(denial)),
+        }
     }
 
     /// Which outcome this is.

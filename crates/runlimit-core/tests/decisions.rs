@@ -267,3 +267,12 @@ fn large_batches_find_the_earliest_duplicate() {
         })
     );
 }
+
+#[test]
+fn for_mode_shadows_only_quota_denials() {
+    let quota = quota(Duration::from_secs(1));
+    let capacity = Denial::StorageCapacity { retry_after: None };
+    assert!(Decision::for_mode(QuotaMode::Shadow, quota).is_shadow_denied());
+    assert!(Decision::for_mode(QuotaMode::Enforce, quota).is_denied());
+    assert!(Decision::for_mode(QuotaMode::Shadow, capacity).is_denied(), "capacity stays fail-closed");
+}

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, CapacityObservation, Check,
     CleanupObservation, Consumption, Decision, Denial, Limiter, Observer, Operation, Policy,
-    PolicyLabel, QuotaMode, notify, validate_batch,
+    PolicyLabel, notify, validate_batch,
 };
 
 use crate::{
@@ -159,7 +159,7 @@ impl<A: Algorithm> Store<A> {
             check.cost(),
             now,
         ) {
-            Evaluation::Denied(denial) => quota_decision(policy.quota_mode(), denial),
+            Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
             Evaluation::Allowed { decision, next } => match slot {
                 Some(slot) => {
                     table.set_state(slot, next);
@@ -297,7 +297,7 @@ impl<A: Algorithm> Store<A> {
                     item.next = Some(next);
                 }
                 Evaluation::Denied(denial) => {
-                    decisions.push(quota_decision(policy.quota_mode(), denial));
+                    decisions.push(Decision::for_mode(policy.quota_mode(), denial));
                 }
             }
         }
@@ -502,16 +502,6 @@ impl<A: Algorithm> Store<A> {
         }
         for capacity in &effects.capacity {
             notify(observer, |observer| observer.on_capacity(capacity));
-        }
-    }
-}
-
-fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
-    match mode {
-        QuotaMode::Enforce => Decision::denied(denial),
-        // Quota denials are never storage-capacity denials, which shadow refuses.
-        QuotaMode::Shadow => {
-            Decision::shadow_denied(denial).unwrap_or_else(|_| Decision::denied(denial))
         }
     }
 }

@@ -10,7 +10,7 @@ use std::{
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, Check, CleanupObservation, Consumption,
     Decision, Denial, FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy,
-    PolicyLabel, QuotaMode, notify, validate_batch,
+    PolicyLabel, notify, validate_batch,
 };
 use sqlx::{PgConnection, PgPool, Row, pool::PoolConnection, postgres::Postgres};
 
@@ -373,14 +373,6 @@ fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
-    match mode {
-        QuotaMode::Enforce => Decision::denied(denial),
-        // A quota denial is never a storage-capacity denial.
-        QuotaMode::Shadow => Decision::shadow_denied(denial).unwrap_or(Decision::denied(denial)),
-    }
-}
-
 const OUTCOME_ALLOWED: i16 = 0;
 const OUTCOME_QUOTA: i16 = 1;
 
@@ -435,7 +427,7 @@ impl PgPolicy for FixedWindowPolicy {
                         Decision::allowed(policy.limit(), policy.limit().saturating_sub(used), left)
                             .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
                     }
-                    OUTCOME_QUOTA => quota_decision(
+                    OUTCOME_QUOTA => Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
                             capacity: policy.limit(),
@@ -562,7 +554,7 @@ impl PgPolicy for GcraPolicy {
                         )
                         .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
                     }
-                    OUTCOME_QUOTA => quota_decision(
+                    OUTCOME_QUOTA => Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
                             capacity: policy.burst_capacity(),

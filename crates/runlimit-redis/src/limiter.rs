@@ -10,8 +10,8 @@ use std::{
 use redis::{Script, aio::ConnectionLike};
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, Check, Consumption, Decision, Denial,
-    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy, PolicyLabel, QuotaMode,
-    notify, validate_batch,
+    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy, PolicyLabel, notify,
+    validate_batch,
 };
 
 use crate::{
@@ -249,14 +249,6 @@ fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn quota_decision(mode: QuotaMode, denial: Denial) -> Decision {
-    match mode {
-        QuotaMode::Enforce => Decision::denied(denial),
-        // A quota denial is never a storage-capacity denial.
-        QuotaMode::Shadow => Decision::shadow_denied(denial).unwrap_or(Decision::denied(denial)),
-    }
-}
-
 impl RedisPolicy for FixedWindowPolicy {
     fn script() -> &'static Script {
         &FIXED_WINDOW
@@ -294,7 +286,7 @@ impl RedisPolicy for FixedWindowPolicy {
                         left,
                     )
                     .ok(),
-                    1 => Some(quota_decision(
+                    1 => Some(Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
                             capacity: policy.limit(),
@@ -391,7 +383,7 @@ impl RedisPolicy for GcraPolicy {
                         )
                         .ok()
                     }
-                    1 => Some(quota_decision(
+                    1 => Some(Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
                             capacity: policy.burst_capacity(),
