@@ -18,3 +18,13 @@ if [[ -n "${RUNLIMIT_POSTGRES_TEST_DATABASE_URL:-}" ]]; then
         echo "skipping the PostgreSQL demo: the database at RUNLIMIT_POSTGRES_TEST_DATABASE_URL is unreachable"
     fi
 fi
+# The Redis form, likewise.
+if [[ -n "${RUNLIMIT_REDIS_TEST_URL:-}" ]]; then
+    if ! cargo run --quiet --locked -p runlimit-demo -- --replicas 3 \
+        --redis-url "$RUNLIMIT_REDIS_TEST_URL"; then
+        if [[ "${RUNLIMIT_REQUIRE_SERVICES:-}" == "1" ]]; then
+            exit 1
+        fi
+        echo "skipping the Redis demo: Redis at RUNLIMIT_REDIS_TEST_URL is unreachable"
+    fi
+fi

@@ -274,5 +274,8 @@ fn for_mode_shadows_only_quota_denials() {
     let capacity = Denial::StorageCapacity { retry_after: None };
     assert!(Decision::for_mode(QuotaMode::Shadow, quota).is_shadow_denied());
     assert!(Decision::for_mode(QuotaMode::Enforce, quota).is_denied());
-    assert!(Decision::for_mode(QuotaMode::Shadow, capacity).is_denied(), "capacity stays fail-closed");
+    assert!(
+        Decision::for_mode(QuotaMode::Shadow, capacity).is_denied(),
+        "capacity stays fail-closed"
+    );
 }

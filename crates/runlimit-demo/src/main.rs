@@ -35,6 +35,7 @@ use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_core::{FixedWindowPolicy, KeyHasher, Limiter, PolicyId, ScopeId, SubjectKey};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+use runlimit_redis::{RedisConfig, RedisLimiter};
 
 /// The schema the PostgreSQL demo owns (and resets on every run).
 const DEMO_SCHEMA: &str = "runlimit_demo";
@@ -50,12 +51,14 @@ struct LoginAccount(String);
 struct Options {
     replicas: usize,
     database_url: Option<String>,
+    redis_url: Option<String>,
 }
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
         replicas: 1,
         database_url: None,
+        redis_url: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -72,7 +75,7 @@ fn parse_options() -> Result<Options, String> {
                     Some(args.next().ok_or("--database-url needs a PostgreSQL URL")?);
             }
             "--redis-url" => {
-                return Err("--redis-url: the Redis backend is on the roadmap".to_owned());
+                options.redis_url = Some(args.next().ok_or("--redis-url needs a Redis URL")?);
             }
             "-h" | "--help" => {
                 return Err(
@@ -249,6 +252,17 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
     let hasher = Arc::new(KeyHasher::new(
         b"demo secret: use 32+ random bytes from a vault",
     )?);
+    if let Some(url) = &options.redis_url {
+        let connection =
+            redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
+        // Keys of this run only: a fresh prefix, expiring by themselves.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos();
+        let config = RedisConfig::default().with_prefix(format!("runlimit-demo:{nanos}:"))?;
+        let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
+        return serve_and_drive(&options, "Redis", Arc::new(limiter), hasher).await;
+    }
     match &options.database_url {
         None => {
             // One backend shared by every replica, as PostgreSQL would be.
