@@ -44,6 +44,7 @@
 mod batch;
 mod check;
 mod decision;
+pub mod gcra;
 mod id;
 pub mod key;
 mod limiter;

@@ -10,7 +10,9 @@ use std::{
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, Check, CleanupObservation, Consumption,
     Decision, Denial, FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy,
-    PolicyLabel, notify, validate_batch,
+    PolicyLabel,
+    gcra::{ExactMicros, GcraMicros},
+    notify, validate_batch,
 };
 use sqlx::{PgConnection, PgPool, Row, pool::PoolConnection, postgres::Postgres};
 
@@ -441,32 +443,6 @@ impl PgPolicy for FixedWindowPolicy {
     }
 }
 
-/// `factor × micros / quota` microseconds as whole microseconds and a remainder
-/// in units of `1 / quota` microsecond.
-fn exact_micros(factor: u64, micros: u64, quota: u64) -> (u64, u64) {
-    let product = u128::from(factor) * u128::from(micros);
-    let quota = u128::from(quota);
-    (
-        u64::try_from(product / quota).unwrap_or(u64::MAX),
-        u64::try_from(product % quota).unwrap_or(0),
-    )
-}
-
-/// `(a - b)` for `a >= b`, as (micros, remainder) pairs over `quota`.
-fn sub_pair(a: (u64, u64), b: (u64, u64), quota: u64) -> (u64, u64) {
-    if a.1 >= b.1 {
-        (a.0 - b.0, a.1 - b.1)
-    } else {
-        (a.0 - b.0 - 1, a.1 + quota - b.1)
-    }
-}
-
-/// A (micros, remainder) duration rounded up to whole milliseconds.
-fn ceil_millis(pair: (u64, u64)) -> Duration {
-    let micros = pair.0 + u64::from(pair.1 > 0);
-    Duration::from_millis(micros.div_ceil(1_000))
-}
-
 impl PgPolicy for GcraPolicy {
     const CLEANUP: &'static str = "SELECT runlimit_cleanup_gcra($1, $2)";
 
@@ -475,58 +451,24 @@ impl PgPolicy for GcraPolicy {
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
     ) -> Result<Vec<Decision>, sqlx::Error> {
-        let period_us =
-            |check: &Check<'_, Self>| check.policy().period_millis().saturating_mul(1_000);
-        let increments: Vec<(u64, u64)> = checks
+        let exact: Vec<GcraMicros> = checks
             .iter()
-            .map(|check| exact_micros(check.cost(), period_us(check), check.policy().quota()))
+            .map(|check| GcraMicros::new(check.policy(), check.cost()))
             .collect();
-        let tolerances: Vec<(u64, u64)> = checks
-            .iter()
-            .map(|check| {
-                exact_micros(
-                    check.policy().burst_capacity(),
-                    period_us(check),
-                    check.policy().quota(),
-                )
-            })
-            .collect();
+        let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
+            exact.iter().map(|check| as_i64(value(check))).collect()
+        };
         let rows = sqlx::query(
             "SELECT r_outcome, r_ahead_us, r_ahead_rem \
              FROM runlimit_check_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY r_index",
         )
         .bind(counter_keys(checks))
         .bind(lock_ids(checks))
-        .bind(
-            checks
-                .iter()
-                .map(|check| as_i64(check.policy().quota()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            increments
-                .iter()
-                .map(|pair| as_i64(pair.0))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            increments
-                .iter()
-                .map(|pair| as_i64(pair.1))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            tolerances
-                .iter()
-                .map(|pair| as_i64(pair.0))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            tolerances
-                .iter()
-                .map(|pair| as_i64(pair.1))
-                .collect::<Vec<_>>(),
-        )
+        .bind(column(|check| check.quota))
+        .bind(column(|check| check.increment.micros))
+        .bind(column(|check| check.increment.remainder))
+        .bind(column(|check| check.tolerance.micros))
+        .bind(column(|check| check.tolerance.remainder))
         .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
         .bind(config.lock_timeout_ms())
         .bind(config.relaxed_durability())
@@ -535,32 +477,15 @@ impl PgPolicy for GcraPolicy {
         checks
             .iter()
             .zip(rows)
-            .zip(tolerances)
-            .map(|((check, row), tolerance)| {
+            .zip(&exact)
+            .map(|((check, row), exact)| {
                 let outcome: i16 = row.try_get(0)?;
-                let ahead = (as_u64(row.try_get(1)?), as_u64(row.try_get(2)?));
-                let policy = check.policy();
-                let quota = policy.quota();
+                let ahead = ExactMicros {
+                    micros: as_u64(row.try_get(1)?),
+                    remainder: as_u64(row.try_get(2)?),
+                };
                 Ok(match outcome {
-                    OUTCOME_ALLOWED => {
-                        let slack = sub_pair(tolerance, ahead, quota);
-                        let scaled = u128::from(slack.0) * u128::from(quota) + u128::from(slack.1);
-                        let remaining =
-                            u64::try_from(scaled / u128::from(period_us(check))).unwrap_or(0);
-                        Decision::allowed(
-                            policy.burst_capacity(),
-                            remaining.min(policy.burst_capacity()),
-                            ceil_millis(ahead),
-                        )
-                        .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
-                    }
-                    OUTCOME_QUOTA => Decision::for_mode(
-                        policy.quota_mode(),
-                        Denial::QuotaExceeded {
-                            capacity: policy.burst_capacity(),
-                            retry_after: ceil_millis(sub_pair(ahead, tolerance, quota)),
-                        },
-                    ),
+                    OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
                     _ => capacity_decision(),
                 })
             })

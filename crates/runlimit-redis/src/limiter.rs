@@ -10,8 +10,9 @@ use std::{
 use redis::{Script, aio::ConnectionLike};
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, BatchDecision, Check, Consumption, Decision, Denial,
-    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy, PolicyLabel, notify,
-    validate_batch,
+    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy, PolicyLabel,
+    gcra::{ExactMicros, GcraMicros},
+    notify, validate_batch,
 };
 
 use crate::{
@@ -300,41 +301,6 @@ impl RedisPolicy for FixedWindowPolicy {
     }
 }
 
-/// `factor × micros / quota` as whole microseconds and a remainder over `quota`.
-fn exact_micros(factor: u64, micros: u64, quota: u64) -> (u64, u64) {
-    let product = u128::from(factor) * u128::from(micros);
-    let quota = u128::from(quota);
-    (
-        u64::try_from(product / quota).unwrap_or(u64::MAX),
-        u64::try_from(product % quota).unwrap_or(0),
-    )
-}
-
-fn sub_pair(a: (u64, u64), b: (u64, u64), quota: u64) -> (u64, u64) {
-    if a.1 >= b.1 {
-        (a.0 - b.0, a.1 - b.1)
-    } else {
-        (a.0 - b.0 - 1, a.1 + quota - b.1)
-    }
-}
-
-fn ceil_millis(pair: (u64, u64)) -> Duration {
-    Duration::from_millis((pair.0 + u64::from(pair.1 > 0)).div_ceil(1_000))
-}
-
-fn period_micros(check: &Check<'_, GcraPolicy>) -> u64 {
-    check.policy().period_millis().saturating_mul(1_000)
-}
-
-fn tolerance(check: &Check<'_, GcraPolicy>) -> (u64, u64) {
-    let policy = check.policy();
-    exact_micros(
-        policy.burst_capacity(),
-        period_micros(check),
-        policy.quota(),
-    )
-}
-
 impl RedisPolicy for GcraPolicy {
     fn script() -> &'static Script {
         &GCRA
@@ -344,16 +310,15 @@ impl RedisPolicy for GcraPolicy {
         checks
             .iter()
             .flat_map(|check| {
-                let quota = check.policy().quota();
-                let increment = exact_micros(check.cost(), period_micros(check), quota);
-                let tolerance = tolerance(check);
+                let exact = GcraMicros::new(check.policy(), check.cost());
                 [
-                    as_i64(quota),
-                    as_i64(increment.0),
-                    as_i64(increment.1),
-                    as_i64(tolerance.0),
-                    as_i64(tolerance.1),
+                    exact.quota,
+                    exact.increment.micros,
+                    exact.increment.remainder,
+                    exact.tolerance.micros,
+                    exact.tolerance.remainder,
                 ]
+                .map(as_i64)
             })
             .collect()
     }
@@ -366,32 +331,12 @@ impl RedisPolicy for GcraPolicy {
             .iter()
             .zip(reply.chunks_exact(3))
             .map(|(check, values)| {
-                let policy = check.policy();
-                let quota = policy.quota();
-                let ahead = (as_u64(values[1]), as_u64(values[2]));
-                let tolerance = tolerance(check);
-                match values[0] {
-                    0 => {
-                        let slack = sub_pair(tolerance, ahead, quota);
-                        let scaled = u128::from(slack.0) * u128::from(quota) + u128::from(slack.1);
-                        let remaining =
-                            u64::try_from(scaled / u128::from(period_micros(check))).ok()?;
-                        Decision::allowed(
-                            policy.burst_capacity(),
-                            remaining.min(policy.burst_capacity()),
-                            ceil_millis(ahead),
-                        )
-                        .ok()
-                    }
-                    1 => Some(Decision::for_mode(
-                        policy.quota_mode(),
-                        Denial::QuotaExceeded {
-                            capacity: policy.burst_capacity(),
-                            retry_after: ceil_millis(sub_pair(ahead, tolerance, quota)),
-                        },
-                    )),
-                    _ => None,
-                }
+                let exact = GcraMicros::new(check.policy(), check.cost());
+                let ahead = ExactMicros {
+                    micros: as_u64(values[1]),
+                    remainder: as_u64(values[2]),
+                };
+                matches!(values[0], 0 | 1).then(|| exact.decision(check.policy(), ahead))
             })
             .collect()
     }
