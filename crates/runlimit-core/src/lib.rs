@@ -58,8 +58,8 @@ pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, SubjectKey};
 pub use limiter::Limiter;
 pub use observation::{
-    AdmissionObservation, AdmissionOutcome, CapacityObservation, CleanupObservation, Consumption,
-    Observer, Operation, PolicyLabel, notify,
+    AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,
+    CleanupObservation, Consumption, Observer, Operation, PolicyLabel, notify,
 };
 pub use policy::{
     Algorithm, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, MAX_WINDOW, Policy, PolicyError,

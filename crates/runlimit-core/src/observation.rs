@@ -8,7 +8,7 @@
 use std::{
     fmt,
     panic::{AssertUnwindSafe, catch_unwind},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use crate::{
@@ -81,6 +81,51 @@ pub fn notify<O: Observer + ?Sized>(observer: &O, event: impl FnOnce(&O)) -> boo
     catch_unwind(AssertUnwindSafe(|| event(observer))).is_ok()
 }
 
+/// Times one admission and reports it to an optional observer.
+///
+/// With no observer it reads no clock and builds nothing, so backends can use it
+/// unconditionally on their hot path.
+#[derive(Debug)]
+pub struct AdmissionReporter<'o> {
+    observer: Option<&'o dyn Observer>,
+    started: Option<Instant>,
+}
+
+impl<'o> AdmissionReporter<'o> {
+    /// Starts timing, if there is an observer.
+    #[must_use]
+    pub fn start(observer: Option<&'o dyn Observer>) -> Self {
+        Self {
+            observer,
+            started: observer.map(|_| Instant::now()),
+        }
+    }
+
+    /// Reports the admission of `checks` with `outcome` (from
+    /// [`AdmissionOutcome::of_decision`], [`of_batch`](AdmissionOutcome::of_batch)
+    /// or [`of_failure`](AdmissionOutcome::of_failure)), catching observer panics.
+    pub fn finish<P: Policy + ?Sized>(
+        self,
+        operation: Operation,
+        checks: &[Check<'_, P>],
+        (outcome, consumption, decisive_index): (AdmissionOutcome, Consumption, Option<usize>),
+    ) {
+        let (Some(observer), Some(started)) = (self.observer, self.started) else {
+            return;
+        };
+        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
+        let observation = AdmissionObservation::new(
+            operation,
+            &labels,
+            decisive_index,
+            outcome,
+            consumption,
+            started.elapsed(),
+        );
+        notify(observer, |observer| observer.on_admission(&observation));
+    }
+}
+
 /// Whether an observation is about a single check or an atomic batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -138,6 +183,17 @@ impl AdmissionOutcome {
             ),
             BatchDecision::Allowed(_) => (Self::Allowed, Consumption::Consumed, None),
         }
+    }
+
+    /// Classifies a failed admission: whether quota may have been consumed.
+    #[must_use]
+    pub fn of_failure(may_have_consumed: bool) -> (Self, Consumption, Option<usize>) {
+        let consumption = if may_have_consumed {
+            Consumption::PossiblyConsumed
+        } else {
+            Consumption::NotConsumed
+        };
+        (Self::Failed, consumption, None)
     }
 
     fn of_denial(shadow: bool, denial: &Denial) -> Self {

@@ -8,9 +8,8 @@ use std::{
 };
 
 use runlimit_core::{
-    AdmissionObservation, AdmissionOutcome, BatchDecision, Check, CleanupObservation, Consumption,
-    Decision, Denial, FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy,
-    PolicyLabel,
+    AdmissionOutcome, AdmissionReporter, BatchDecision, Check, CleanupObservation, Decision,
+    Denial, FixedWindowPolicy, GcraPolicy, Limiter, Observer, Operation, Policy,
     gcra::{ExactMicros, GcraMicros},
     notify, validate_batch,
 };
@@ -188,29 +187,6 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         }
     }
 
-    fn observe(
-        &self,
-        operation: Operation,
-        checks: &[Check<'_, P>],
-        started: Option<Instant>,
-        outcome: (AdmissionOutcome, Consumption, Option<usize>),
-    ) {
-        let (Some(observer), Some(started)) = (&self.observer, started) else {
-            return;
-        };
-        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
-        let (result, consumption, index) = outcome;
-        let observation = AdmissionObservation::new(
-            operation,
-            &labels,
-            index,
-            result,
-            consumption,
-            started.elapsed(),
-        );
-        notify(&**observer, |observer| observer.on_admission(&observation));
-    }
-
     /// Deletes at most `maximum_rows` expired rows of this policy type's table,
     /// oldest first, and returns how many it removed. Expired rows never affect
     /// decisions, but only deletion frees their capacity-ledger slot. Rows an
@@ -275,46 +251,32 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     }
 
     async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
-        let started = self.observer.as_ref().map(|_| Instant::now());
+        let report = AdmissionReporter::start(self.observer.as_deref());
         let result = self
             .decide(std::slice::from_ref(check))
             .await
             .and_then(|mut decisions| decisions.pop().ok_or(CheckError::UnexpectedReply));
         let outcome = match &result {
             Ok(decision) => AdmissionOutcome::of_decision(decision),
-            Err(error) => failure_outcome(error),
+            Err(error) => AdmissionOutcome::of_failure(error.may_have_consumed_quota()),
         };
-        self.observe(
-            Operation::Check,
-            std::slice::from_ref(check),
-            started,
-            outcome,
-        );
+        report.finish(Operation::Check, std::slice::from_ref(check), outcome);
         result
     }
 
     async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
-        let started = self.observer.as_ref().map(|_| Instant::now());
+        let report = AdmissionReporter::start(self.observer.as_deref());
         let result = match validate_batch(checks, self.config.max_batch_size()) {
             Err(error) => Err(CheckError::InvalidBatch(error)),
             Ok(()) => self.decide(checks).await.map(BatchDecision::from_decisions),
         };
         let outcome = match &result {
             Ok(batch) => AdmissionOutcome::of_batch(batch),
-            Err(error) => failure_outcome(error),
+            Err(error) => AdmissionOutcome::of_failure(error.may_have_consumed_quota()),
         };
-        self.observe(Operation::Batch, checks, started, outcome);
+        report.finish(Operation::Batch, checks, outcome);
         result
     }
-}
-
-fn failure_outcome(error: &CheckError) -> (AdmissionOutcome, Consumption, Option<usize>) {
-    let consumption = if error.may_have_consumed_quota() {
-        Consumption::PossiblyConsumed
-    } else {
-        Consumption::NotConsumed
-    };
-    (AdmissionOutcome::Failed, consumption, None)
 }
 
 macro_rules! limiter_for {
