@@ -93,6 +93,7 @@ pub struct AdmissionReporter<'o> {
 
 impl<'o> AdmissionReporter<'o> {
     /// Starts timing, if there is an observer.
+    #[inline]
     #[must_use]
     pub fn start(observer: Option<&'o dyn Observer>) -> Self {
         Self {
@@ -104,6 +105,7 @@ impl<'o> AdmissionReporter<'o> {
     /// Reports the admission of `checks` with `outcome` (from
     /// [`AdmissionOutcome::of_decision`], [`of_batch`](AdmissionOutcome::of_batch)
     /// or [`of_failure`](AdmissionOutcome::of_failure)), catching observer panics.
+    #[inline]
     pub fn finish<P: Policy + ?Sized>(
         self,
         operation: Operation,
@@ -155,6 +157,7 @@ pub enum AdmissionOutcome {
 impl AdmissionOutcome {
     /// Classifies a single check's decision: its outcome, whether it consumed
     /// quota, and the decisive index (0 for a denial).
+    #[inline]
     #[must_use]
     pub fn of_decision(decision: &Decision) -> (Self, Consumption, Option<usize>) {
         match decision.denial() {
@@ -168,6 +171,7 @@ impl AdmissionOutcome {
     }
 
     /// Classifies a batch decision like [`of_decision`](Self::of_decision).
+    #[inline]
     #[must_use]
     pub fn of_batch(batch: &BatchDecision) -> (Self, Consumption, Option<usize>) {
         match batch {
@@ -186,6 +190,7 @@ impl AdmissionOutcome {
     }
 
     /// Classifies a failed admission: whether quota may have been consumed.
+    #[inline]
     #[must_use]
     pub fn of_failure(may_have_consumed: bool) -> (Self, Consumption, Option<usize>) {
         let consumption = if may_have_consumed {

@@ -3,16 +3,16 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, MutexGuard, TryLockError},
+    sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
 use smallvec::SmallVec;
 
 use runlimit_core::{
-    AdmissionObservation, AdmissionOutcome, BatchDecision, CapacityObservation, Check,
-    CleanupObservation, Consumption, Decision, Denial, Limiter, Observer, Operation, Policy,
-    PolicyLabel, notify, validate_batch,
+    AdmissionOutcome, AdmissionReporter, BatchDecision, CapacityObservation, Check,
+    CleanupObservation, Decision, Denial, Limiter, Observer, Operation, Policy, notify,
+    validate_batch,
 };
 
 use crate::{
@@ -116,27 +116,19 @@ impl<A: Algorithm> Store<A> {
     ///
     /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
     pub fn check(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
-        let started = self.observer.as_ref().map(|_| Instant::now());
+        let report = AdmissionReporter::start(self.observer.as_deref());
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
         let mut effects = Effects::default();
         let result = self
             .lock(shard_index)
             .map(|mut table| self.check_locked(&mut table, shard_index, &key, check, &mut effects));
-        if let (Some(observer), Some(started)) = (&self.observer, started) {
-            let outcome = match &result {
-                Ok(decision) => AdmissionOutcome::of_decision(decision),
-                Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
-            };
-            self.report(
-                &**observer,
-                Operation::Check,
-                std::slice::from_ref(check),
-                outcome,
-                started,
-                &effects,
-            );
-        }
+        let outcome = match &result {
+            Ok(decision) => AdmissionOutcome::of_decision(decision),
+            Err(_) => AdmissionOutcome::of_failure(false),
+        };
+        report.finish(Operation::Check, std::slice::from_ref(check), outcome);
+        self.report_effects(&effects);
         result
     }
 
@@ -199,23 +191,15 @@ impl<A: Algorithm> Store<A> {
         &self,
         checks: &[Check<'_, A::Policy>],
     ) -> Result<BatchDecision, MemoryStoreError> {
-        let started = self.observer.as_ref().map(|_| Instant::now());
+        let report = AdmissionReporter::start(self.observer.as_deref());
         let mut effects = Effects::default();
         let result = self.check_all_inner(checks, &mut effects);
-        if let (Some(observer), Some(started)) = (&self.observer, started) {
-            let outcome = match &result {
-                Ok(batch) => AdmissionOutcome::of_batch(batch),
-                Err(_) => (AdmissionOutcome::Failed, Consumption::NotConsumed, None),
-            };
-            self.report(
-                &**observer,
-                Operation::Batch,
-                checks,
-                outcome,
-                started,
-                &effects,
-            );
-        }
+        let outcome = match &result {
+            Ok(batch) => AdmissionOutcome::of_batch(batch),
+            Err(_) => AdmissionOutcome::of_failure(false),
+        };
+        report.finish(Operation::Batch, checks, outcome);
+        self.report_effects(&effects);
         result
     }
 
@@ -434,16 +418,10 @@ impl<A: Algorithm> Store<A> {
         &self,
         shard_index: usize,
     ) -> Result<MutexGuard<'_, Table<A::State>>, MemoryStoreError> {
-        let mutex = &self.shards[shard_index].table;
-        // Uncontended locks take the fast path without touching the poison machinery
-        // twice.
-        match mutex.try_lock() {
-            Ok(guard) => Ok(guard),
-            Err(TryLockError::Poisoned(_)) => Err(MemoryStoreError::PoisonedShard { shard_index }),
-            Err(TryLockError::WouldBlock) => mutex
-                .lock()
-                .map_err(|_| MemoryStoreError::PoisonedShard { shard_index }),
-        }
+        self.shards[shard_index]
+            .table
+            .lock()
+            .map_err(|_| MemoryStoreError::PoisonedShard { shard_index })
     }
 
     #[inline]
@@ -472,36 +450,22 @@ impl<A: Algorithm> Store<A> {
         }
     }
 
-    fn report(
-        &self,
-        observer: &dyn Observer,
-        operation: Operation,
-        checks: &[Check<'_, A::Policy>],
-        (outcome, consumption, decisive_index): (AdmissionOutcome, Consumption, Option<usize>),
-        started: Instant,
-        effects: &Effects,
-    ) {
-        let elapsed = started.elapsed();
-        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
-        let admission = AdmissionObservation::new(
-            operation,
-            &labels,
-            decisive_index,
-            outcome,
-            consumption,
-            elapsed,
-        );
-        notify(observer, |observer| observer.on_admission(&admission));
+    /// Reports the cleanup and capacity effects of an operation, after every
+    /// lock is released.
+    fn report_effects(&self, effects: &Effects) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
         if effects.removed > 0 {
             let cleanup = CleanupObservation::new(
                 effects.cleanup_allowance as u64,
                 Some(effects.removed as u64),
                 effects.cleanup_elapsed,
             );
-            notify(observer, |observer| observer.on_cleanup(&cleanup));
+            notify(&**observer, |observer| observer.on_cleanup(&cleanup));
         }
         for capacity in &effects.capacity {
-            notify(observer, |observer| observer.on_capacity(capacity));
+            notify(&**observer, |observer| observer.on_capacity(capacity));
         }
     }
 }

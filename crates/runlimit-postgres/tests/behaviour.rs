@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{key, policy};
+
 use std::{
     sync::{
         Arc,
@@ -11,26 +13,9 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, Denial, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{Check, Denial, FixedWindowPolicy, Limiter};
 use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
 use sqlx::Executor;
-
-fn policy(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
-    FixedWindowPolicy::new(
-        PolicyId::new(name).expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        limit,
-        window,
-    )
-    .expect("valid")
-}
-
-/// A subject key whose capacity shard (its first byte) is `shard`.
-fn key(shard: u8, n: u8) -> SubjectKey {
-    let mut digest = [n; 32];
-    digest[0] = shard;
-    SubjectKey::from_digest(digest)
-}
 
 fn fast_config() -> PostgresConfig {
     PostgresConfig::default()

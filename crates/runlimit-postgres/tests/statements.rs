@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{key, policy};
+
 use std::{
     sync::{
         Arc,
@@ -12,28 +14,8 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
-
-fn policy(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
-    FixedWindowPolicy::new(
-        PolicyId::new(name).expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        limit,
-        window,
-    )
-    .expect("valid")
-}
-
-fn key(shard: u8, n: u8) -> SubjectKey {
-    let mut digest = [n; 32];
-    digest[0] = shard;
-    SubjectKey::from_digest(digest)
-}
-
-fn fast_config() -> PostgresConfig {
-    PostgresConfig::default()
-}
 
 /// Counts the statements SQLx executes, from its per-query trace events.
 #[derive(Clone, Default)]
@@ -55,8 +37,8 @@ async fn every_check_and_batch_is_a_single_statement() {
     };
     let pool = schema.pool(1).await;
     runlimit_postgres::migrate(&pool).await.expect("migrate");
-    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
-    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), PostgresConfig::default());
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), PostgresConfig::default());
     let counter = StatementCounter::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(counter.clone()));

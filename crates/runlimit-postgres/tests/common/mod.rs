@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use runlimit_conformance::TimeControl;
+use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
 use sqlx::{Executor, PgPool, postgres::PgPoolOptions};
 
 /// A database schema of its own for one test, dropped when the test ends.
@@ -152,4 +153,22 @@ impl TimeControl for ShiftTime<'_> {
         // The database clock keeps running between the operations of one case.
         Duration::from_millis(250)
     }
+}
+
+/// A fixed-window policy with scope `client`.
+pub(crate) fn policy(name: &str, limit: u64, window: Duration) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        window,
+    )
+    .expect("valid")
+}
+
+/// A subject key whose capacity shard (its first byte) is `shard`.
+pub(crate) fn key(shard: u8, n: u8) -> SubjectKey {
+    let mut digest = [n; 32];
+    digest[0] = shard;
+    SubjectKey::from_digest(digest)
 }
