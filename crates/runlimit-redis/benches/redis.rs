@@ -18,11 +18,13 @@ use runlimit_core::{
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
 const KEYS: u64 = 10_000;
-const CONNECTIONS: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
 enum Workload {
     Ping,
+    /// The cheapest script an admission could be: read the clock, read one
+    /// key, write it back with an expiry. A floor for any script-based design.
+    MinimalScript,
     Check,
     BatchOfTwo,
 }
@@ -37,6 +39,15 @@ fn subject(n: u64) -> SubjectKey {
     }
     SubjectKey::from_digest(digest)
 }
+
+static MINIMAL_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "local now = redis.call('TIME') \
+         local state = redis.call('GET', KEYS[1]) \
+         redis.call('SET', KEYS[1], '1:1', 'PX', 60000) \
+         return 0",
+    )
+});
 
 type Shared = Arc<
     Vec<(
@@ -73,6 +84,13 @@ async fn run(
                                 .query_async::<String>(&mut connection)
                                 .await
                                 .expect("ping");
+                        }
+                        Workload::MinimalScript => {
+                            MINIMAL_SCRIPT
+                                .key(format!("rl-bench-minimal:{}", state % KEYS))
+                                .invoke_async::<()>(&mut connection)
+                                .await
+                                .expect("minimal script");
                         }
                         Workload::Check => {
                             let decision = limiter
@@ -123,8 +141,12 @@ async fn main() {
     let config = RedisConfig::default()
         .with_prefix(format!("rl-bench:{}:", std::process::id()))
         .expect("valid");
+    let connections: usize = std::env::var("BENCH_CONNECTIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     let mut shared = Vec::new();
-    for _ in 0..CONNECTIONS {
+    for _ in 0..connections {
         let client = redis::Client::open(url.as_str()).expect("url");
         let connection = ConnectionManager::new(client).await.expect("connect");
         shared.push((
@@ -148,7 +170,12 @@ async fn main() {
     println!("|---|---|---|---|---|---|");
     for tasks in [1usize, 8, 32] {
         let mut floor = 0.0;
-        for workload in [Workload::Ping, Workload::Check, Workload::BatchOfTwo] {
+        for workload in [
+            Workload::Ping,
+            Workload::MinimalScript,
+            Workload::Check,
+            Workload::BatchOfTwo,
+        ] {
             let (rate, p50, p99) = run(workload, tasks, seconds, &shared, &policies).await;
             if matches!(workload, Workload::Ping) {
                 floor = rate;

@@ -6,47 +6,52 @@
 -- All integers stay below 2^53, where Lua's doubles are exact: limits and costs
 -- are at most 1e9 and times are microseconds since the epoch; '%d' formats
 -- them through a 64-bit integer, never in exponent notation.
+-- The server's script engine, not the arithmetic, dominates the cost of a
+-- check, so the script avoids pattern matching, global lookups and table
+-- growth for the common single check.
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local used, expires, outcome = {}, {}, {}
+local now = clock[1] * 1000000 + clock[2]
+local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
+local n = #KEYS
+local reply = n == 1 and {0, 0, 0, 0} or {}
 local denied = false
-for i = 1, #KEYS do
-    local limit = tonumber(ARGV[3 * i - 2])
-    local window = tonumber(ARGV[3 * i - 1])
-    local cost = tonumber(ARGV[3 * i])
-    local u, e
+for i = 1, n do
+    local at = 3 * i
+    local limit, window, cost = tonumber(ARGV[at - 2]), tonumber(ARGV[at - 1]), tonumber(ARGV[at])
+    -- No window, an expired one or unreadable state: the next allowed check
+    -- anchors anew.
+    local used, expires = 0, now + window
     local state = redis.call('GET', KEYS[i])
     if state then
-        local stored_used, stored_expires = string.match(state, '^(%d+):(%d+)$')
-        u, e = tonumber(stored_used), tonumber(stored_expires)
+        local separator = find(state, ':', 1, true)
+        if separator then
+            local stored_used = tonumber(sub(state, 1, separator - 1))
+            local stored_expires = tonumber(sub(state, separator + 1))
+            if stored_used and stored_expires and stored_expires > now then
+                used, expires = stored_used, stored_expires
+            end
+        end
     end
-    if u == nil or e == nil or e <= now then
-        -- No window, or an expired one: the next allowed check anchors anew.
-        u = 0
-        e = now + window
-    end
-    if u + cost <= limit then
-        outcome[i] = 0
-        u = u + cost
+    local outcome = 0
+    if used + cost <= limit then
+        used = used + cost
     else
-        outcome[i] = 1
+        outcome = 1
         denied = true
     end
-    used[i] = u
-    expires[i] = e
+    reply[at - 2], reply[at - 1], reply[at] = outcome, used, expires
 end
 if not denied then
-    for i = 1, #KEYS do
-        -- Redis drops the counter by itself once its window has ended.
-        redis.call('SET', KEYS[i], string.format('%d:%d', used[i], expires[i]),
-            'PXAT', string.format('%d', math.ceil(expires[i] / 1000)))
+    for i = 1, n do
+        local at = 3 * i
+        local expires = reply[at]
+        -- Redis drops the counter by itself once its window has ended. The
+        -- relative expiry in whole milliseconds stays below 1e14, so Lua
+        -- passes it as an exact integer; the extra millisecond keeps it from
+        -- expiring early when the server's own millisecond clock lags TIME.
+        redis.call('SET', KEYS[i], format('%d:%d', reply[at - 1], expires),
+            'PX', ceil((expires - now) / 1000) + 1)
     end
 end
-local reply = {}
-for i = 1, #KEYS do
-    reply[#reply + 1] = outcome[i]
-    reply[#reply + 1] = used[i]
-    reply[#reply + 1] = expires[i]
-end
-reply[#reply + 1] = now
+reply[3 * n + 1] = now
 return reply

@@ -6,24 +6,32 @@
 -- client, so every value here stays below 2^53).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), ahead_us,
 -- ahead_rem (how far the new arrival time lies ahead of now).
+-- Like fixed_window.lua, the script avoids pattern matching, global lookups
+-- and table growth for the common single check.
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local tat_us, tat_rem, ahead_us, ahead_rem, outcome = {}, {}, {}, {}, {}
+local now = clock[1] * 1000000 + clock[2]
+local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
+local n = #KEYS
+local reply = n == 1 and {0, 0, 0} or {}
+local tat_us, tat_rem = {}, {}
 local denied = false
-for i = 1, #KEYS do
+for i = 1, n do
     local base = 5 * (i - 1)
     local quota = tonumber(ARGV[base + 1])
     local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
     local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-    local t, r
+    -- start = max(stored arrival time, now); unreadable state starts at now.
+    local t, r = now, 0
     local state = redis.call('GET', KEYS[i])
     if state then
-        local stored_t, stored_r = string.match(state, '^(%d+):(%d+)$')
-        t, r = tonumber(stored_t), tonumber(stored_r)
-    end
-    -- start = max(stored arrival time, now)
-    if t == nil or r == nil or t < now or (t == now and r == 0) then
-        t, r = now, 0
+        local separator = find(state, ':', 1, true)
+        if separator then
+            local stored_t = tonumber(sub(state, 1, separator - 1))
+            local stored_r = tonumber(sub(state, separator + 1))
+            if stored_t and stored_r and (stored_t > now or (stored_t == now and stored_r > 0)) then
+                t, r = stored_t, stored_r
+            end
+        end
     end
     t = t + inc_us
     r = r + inc_rem
@@ -32,29 +40,25 @@ for i = 1, #KEYS do
         r = r - quota
     end
     tat_us[i], tat_rem[i] = t, r
-    ahead_us[i], ahead_rem[i] = t - now, r
-    if ahead_us[i] > tol_us or (ahead_us[i] == tol_us and ahead_rem[i] > tol_rem) then
-        outcome[i] = 1
+    local ahead = t - now
+    local outcome = 0
+    if ahead > tol_us or (ahead == tol_us and r > tol_rem) then
+        outcome = 1
         denied = true
-    else
-        outcome[i] = 0
     end
+    local at = 3 * i
+    reply[at - 2], reply[at - 1], reply[at] = outcome, ahead, r
 end
 if not denied then
-    for i = 1, #KEYS do
-        -- The entry is worthless once the full burst has replenished.
+    for i = 1, n do
+        -- The entry is worthless once the full burst has replenished; see
+        -- fixed_window.lua for the relative expiry in milliseconds.
         local expires = tat_us[i]
         if tat_rem[i] > 0 then
             expires = expires + 1
         end
-        redis.call('SET', KEYS[i], string.format('%d:%d', tat_us[i], tat_rem[i]),
-            'PXAT', string.format('%d', math.ceil(expires / 1000)))
+        redis.call('SET', KEYS[i], format('%d:%d', tat_us[i], tat_rem[i]),
+            'PX', ceil((expires - now) / 1000) + 1)
     end
-end
-local reply = {}
-for i = 1, #KEYS do
-    reply[#reply + 1] = outcome[i]
-    reply[#reply + 1] = ahead_us[i]
-    reply[#reply + 1] = ahead_rem[i]
 end
 return reply

@@ -50,7 +50,7 @@
 //! A key is the configured prefix plus the 128 hex digits of the counter key
 //! (policy fingerprint and HMAC subject key); raw subjects never reach Redis.
 //! Each key holds one short string (`used:window_end_us` or
-//! `arrival_us:remainder`) and expires by itself (`SET … PXAT`) when its window
+//! `arrival_us:remainder`) and expires by itself (`SET … PX`) when its window
 //! ends or its full burst has replenished, so memory is bounded by the number of
 //! subjects active within one window or replenishment period, roughly 200 bytes
 //! each with Redis's per-key overhead. Use `maxmemory-policy noeviction` (or `volatile-*` policies

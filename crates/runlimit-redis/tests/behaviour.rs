@@ -237,3 +237,78 @@ async fn script_flushes_during_load_are_survived() {
     }
     assert_eq!(admitted.load(Ordering::SeqCst), 60);
 }
+
+/// The expiry in milliseconds of every key under `prefix`, in any order.
+async fn expiries(connection: &ConnectionManager, prefix: &str) -> Vec<i64> {
+    let mut connection = connection.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut connection)
+        .await
+        .expect("keys");
+    let mut expiries = Vec::new();
+    for key in keys {
+        expiries.push(
+            redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut connection)
+                .await
+                .expect("pttl"),
+        );
+    }
+    expiries
+}
+
+#[tokio::test]
+async fn counters_expire_by_themselves_once_worthless() {
+    let Some(connection) = common::connect("expiry").await else {
+        return;
+    };
+    let config = common::config("expiry");
+    let fixed_limiter =
+        RedisLimiter::<_, FixedWindowPolicy>::new(connection.clone(), config.clone());
+    let policy = fixed("expiring", 2, Duration::from_secs(10));
+    // The allowed check writes a counter that lives as long as its window (plus
+    // at most one millisecond); the denied one leaves it alone.
+    let whole_limit = Check::weighted(&policy, key(5), 2).expect("valid");
+    assert!(
+        fixed_limiter
+            .check(&whole_limit)
+            .await
+            .expect("check")
+            .is_allowed()
+    );
+    assert!(
+        fixed_limiter
+            .check(&Check::new(&policy, key(5)))
+            .await
+            .expect("check")
+            .is_denied()
+    );
+    let ttls = expiries(&connection, config.prefix()).await;
+    assert_eq!(ttls.len(), 1, "{ttls:?}");
+    assert!((9_000..=10_001).contains(&ttls[0]), "{ttls:?}");
+
+    // A GCRA entry is worthless once its burst has replenished: after one unit
+    // of 10 per 10 s, that is one emission interval.
+    let gcra_config = common::config("expiry-gcra");
+    let gcra_limiter = RedisLimiter::<_, GcraPolicy>::new(connection.clone(), gcra_config.clone());
+    let gcra = GcraPolicy::new(
+        PolicyId::new("expiring").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        10,
+        Duration::from_secs(10),
+        10,
+    )
+    .expect("valid");
+    assert!(
+        gcra_limiter
+            .check(&Check::new(&gcra, key(6)))
+            .await
+            .expect("check")
+            .is_allowed()
+    );
+    let ttls = expiries(&connection, gcra_config.prefix()).await;
+    assert_eq!(ttls.len(), 1, "{ttls:?}");
+    assert!((500..=1_001).contains(&ttls[0]), "{ttls:?}");
+}
