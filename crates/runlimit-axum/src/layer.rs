@@ -91,8 +91,14 @@ pub(crate) struct Config<L: Limiter, M> {
 }
 
 impl<L: Limiter, M> Config<L, M> {
+    /// Adds a rule and re-encodes the static `RateLimit-Policy` value.
+    fn push_rule(&mut self, rule: Rule<L::Policy>) {
+        self.rules.push(rule);
+        self.refresh_static_policy_field();
+    }
+
     /// Encodes `RateLimit-Policy` once when every policy is fixed.
-    fn with_static_policy_field(mut self) -> Self {
+    fn refresh_static_policy_field(&mut self) {
         let advertised: Option<Vec<QuotaPolicy>> = self
             .rules
             .iter()
@@ -105,7 +111,6 @@ impl<L: Limiter, M> Config<L, M> {
         self.static_policy_field = advertised
             .and_then(|policies| policy_field(&policies).ok())
             .map(|(_, value)| value);
-        self
     }
 }
 
@@ -189,7 +194,10 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// # }
 /// ```
 pub struct RateLimitLayer<L: Limiter, M = DefaultRejection> {
-    config: Config<L, M>,
+    // Shared with every service the layer makes: `layer` runs once per route
+    // and, for routers that never receive their state, once per request, so it
+    // must be an `Arc` clone and nothing more.
+    config: Arc<Config<L, M>>,
 }
 
 impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
@@ -208,7 +216,7 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
     #[must_use]
     pub fn from_shared(limiter: Arc<L>) -> Self {
         Self {
-            config: Config {
+            config: Arc::new(Config {
                 limiter,
                 rules: Vec::new(),
                 skip: None,
@@ -216,8 +224,16 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
                 mapper: Arc::new(DefaultRejection),
                 response_fields: true,
                 static_policy_field: None,
-            },
+            }),
         }
+    }
+}
+
+impl<L: Limiter, M> RateLimitLayer<L, M> {
+    /// The configuration to change while building; copied only if a clone of
+    /// this layer already shares it.
+    fn config_mut(&mut self) -> &mut Config<L, M> {
+        Arc::make_mut(&mut self.config)
     }
 }
 
@@ -236,7 +252,7 @@ where
     ) -> Self {
         let policy = policy.into();
         let meta = PolicyMeta::of(&*policy);
-        self.config.rules.push(Rule {
+        self.config_mut().push_rule(Rule {
             source: PolicySource::Fixed { policy, meta },
             extractor: Arc::new(extractor),
         });
@@ -253,7 +269,7 @@ where
         select: impl Fn(&Parts) -> Result<Arc<L::Policy>, MissingMetadata> + Send + Sync + 'static,
         extractor: impl KeyExtractor<L::Policy>,
     ) -> Self {
-        self.config.rules.push(Rule {
+        self.config_mut().push_rule(Rule {
             source: PolicySource::Select(Arc::new(select)),
             extractor: Arc::new(extractor),
         });
@@ -275,7 +291,7 @@ where
     {
         let select: AsyncSelector<L::Policy> =
             Arc::new(move |parts: &Parts| Box::pin(select(parts)));
-        self.config.rules.push(Rule {
+        self.config_mut().push_rule(Rule {
             source: PolicySource::SelectAsync(select),
             extractor: Arc::new(extractor),
         });
@@ -287,14 +303,14 @@ where
     /// request data here (an authenticated extension, not a raw credential).
     #[must_use]
     pub fn skip(mut self, predicate: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
-        self.config.skip = Some(Arc::new(predicate));
+        self.config_mut().skip = Some(Arc::new(predicate));
         self
     }
 
     /// Chooses what a backend error does; fail closed by default.
     #[must_use]
     pub fn failure_mode(mut self, mode: FailureMode) -> Self {
-        self.config.failure = mode;
+        self.config_mut().failure = mode;
         self
     }
 
@@ -303,7 +319,7 @@ where
     /// composition order, outermost first.
     #[must_use]
     pub fn response_fields(mut self, enabled: bool) -> Self {
-        self.config.response_fields = enabled;
+        self.config_mut().response_fields = enabled;
         self
     }
 
@@ -316,18 +332,19 @@ where
             skip,
             failure,
             response_fields,
+            static_policy_field,
             ..
-        } = self.config;
+        } = Arc::unwrap_or_clone(self.config);
         RateLimitLayer {
-            config: Config {
+            config: Arc::new(Config {
                 limiter,
                 rules,
                 skip,
                 failure,
                 mapper: Arc::new(mapper),
                 response_fields,
-                static_policy_field: None,
-            },
+                static_policy_field,
+            }),
         }
     }
 }
@@ -335,7 +352,7 @@ where
 impl<L: Limiter, M> Clone for RateLimitLayer<L, M> {
     fn clone(&self) -> Self {
         Self {
-            config: self.config.clone(),
+            config: Arc::clone(&self.config),
         }
     }
 }
@@ -358,9 +375,6 @@ impl<S, L: Limiter, M> Layer<S> for RateLimitLayer<L, M> {
     type Service = RateLimitService<S, L, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(
-            inner,
-            Arc::new(self.config.clone().with_static_policy_field()),
-        )
+        RateLimitService::new(inner, Arc::clone(&self.config))
     }
 }

@@ -6,7 +6,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, header::Entry};
 use runlimit_core::{BatchDecision, Check, Decision, Denial, Limiter};
 use runlimit_http::draft_11::{
     Advertise, PolicyName, QuotaPolicy, RATELIMIT_POLICY, policy_field, status_field_for,
@@ -324,14 +324,18 @@ fn fields_for(applied: &[AppliedPolicy], static_policy: Option<&HeaderValue>) ->
 /// inside-out.
 fn prepend(headers: &mut HeaderMap, fields: Fields) {
     for (name, value) in fields {
-        if !headers.contains_key(&name) {
-            headers.insert(name, value);
-            continue;
-        }
-        let existing: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
-        headers.insert(name.clone(), value);
+        // One lookup in the common case, where no inner layer added the field.
+        let mut entry = match headers.entry(name) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(value);
+                continue;
+            }
+            Entry::Occupied(occupied) => occupied,
+        };
+        let existing: Vec<HeaderValue> = entry.iter().cloned().collect();
+        entry.insert(value);
         for value in existing {
-            headers.append(name.clone(), value);
+            entry.append(value);
         }
     }
 }

@@ -390,6 +390,35 @@ async fn nested_layers_append_in_composition_order() {
 }
 
 #[tokio::test]
+async fn extending_a_clone_leaves_the_original_layer_alone() {
+    let hasher = hasher();
+    let limiter = store();
+    let base = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(policy("client", 5), client_key(Arc::clone(&hasher)));
+    let stricter = base
+        .clone()
+        .check(policy("identity", 3), identity_key(Arc::clone(&hasher)));
+    for (layer, checks, policy_field) in [
+        (base, 1, r#""auth.login/client";q=5;w=60"#),
+        (
+            stricter,
+            2,
+            r#""auth.login/client";q=5;w=60, "auth.login/identity";q=3;w=60"#,
+        ),
+    ] {
+        let seen = Arc::new(Mutex::new(None));
+        let service = layer.layer(handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen)));
+        let response = service.oneshot(request("net-h", "erin")).await.expect("ok");
+        let context = seen.lock().expect("lock").clone().expect("context");
+        assert_eq!(context.policies().len(), checks);
+        assert_eq!(
+            values(response.headers(), "ratelimit-policy"),
+            [policy_field]
+        );
+    }
+}
+
+#[tokio::test]
 async fn skipped_requests_touch_nothing() {
     let limiter = store();
     let client = policy("client", 1);

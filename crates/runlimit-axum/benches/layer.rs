@@ -1,0 +1,97 @@
+//! The layer's own per-request cost, without sockets: the same hello-world
+//! router called through `tower::ServiceExt::oneshot`, bare and behind
+//! `RateLimitLayer` on the memory backend (the configuration of
+//! `examples/bench_server.rs`).
+//!
+//! Run with `cargo bench -p runlimit-axum --bench layer`; the end-to-end
+//! comparison over HTTP is `scripts/bench-http.sh`.
+#![allow(missing_docs)]
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    time::Duration,
+};
+
+use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
+use criterion::{Criterion, criterion_group, criterion_main};
+use runlimit_axum::{MissingMetadata, RateLimitLayer};
+use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
+use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+use tower::ServiceExt;
+
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "Hello, World!" }))
+}
+
+fn request(port: u16) -> http::Request<Body> {
+    let mut request = http::Request::get("/").body(Body::empty()).expect("valid");
+    request.extensions_mut().insert(ConnectInfo(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        port,
+    )));
+    request
+}
+
+fn layer(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("bench").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        MAX_LIMIT,
+        Duration::from_secs(3_600),
+    )
+    .expect("valid");
+    let hasher = KeyHasher::new(b"benchmark secret of at least 32 bytes").expect("valid");
+    let limiter = MemoryStore::new(
+        MemoryStoreConfig::new(100_000)
+            .expect("valid")
+            .with_shard_count(16)
+            .expect("valid"),
+    );
+    let limited = hello()
+        .layer(RateLimitLayer::new(limiter).check(
+            policy,
+            move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {
+                let ConnectInfo(peer) = parts
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .ok_or(MissingMetadata::new("peer"))?;
+                let mut subject = [0u8; 18];
+                if let IpAddr::V4(ip) = peer.ip() {
+                    subject[12..16].copy_from_slice(&ip.octets());
+                }
+                subject[16..].copy_from_slice(&peer.port().to_be_bytes());
+                Ok(hasher.hash_for(policy, &subject))
+            },
+        ))
+        // Serving finalizes a router's state once (as `axum::serve` does), so
+        // layers are applied once, not per request.
+        .with_state(());
+    let bare = hello().with_state(());
+    let mut group = c.benchmark_group("hello_world");
+    let mut port = 0u16;
+    group.bench_function("bare", |b| {
+        b.iter(|| {
+            port = (port + 1) % 32;
+            let response = runtime
+                .block_on(bare.clone().oneshot(request(port)))
+                .expect("infallible");
+            assert!(response.status().is_success());
+        });
+    });
+    group.bench_function("limited", |b| {
+        b.iter(|| {
+            port = (port + 1) % 32;
+            let response = runtime
+                .block_on(limited.clone().oneshot(request(port)))
+                .expect("infallible");
+            assert!(response.status().is_success());
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, layer);
+criterion_main!(benches);
