@@ -5,8 +5,12 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use axum::{Router, extract::ConnectInfo, routing::get};
-use runlimit_axum::{MissingMetadata, RateLimitLayer};
+#[path = "support/peer_key.rs"]
+mod peer_key;
+
+use axum::{Router, routing::get};
+use peer_key::peer_key;
+use runlimit_axum::RateLimitLayer;
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 
@@ -29,23 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let limiter = MemoryStore::new(MemoryStoreConfig::new(100_000)?.with_shard_count(16)?);
         let layer = RateLimitLayer::new(limiter)
             .response_fields(std::env::var_os("BENCH_NO_FIELDS").is_none())
-            .check(
-                policy,
-                move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {
-                    let ConnectInfo(peer) = parts
-                        .extensions
-                        .get::<ConnectInfo<SocketAddr>>()
-                        .ok_or(MissingMetadata::new("peer"))?;
-                    // Key on address and port without formatting them as text.
-                    let mut subject = [0u8; 18];
-                    match peer.ip() {
-                        std::net::IpAddr::V4(ip) => subject[12..16].copy_from_slice(&ip.octets()),
-                        std::net::IpAddr::V6(ip) => subject[..16].copy_from_slice(&ip.octets()),
-                    }
-                    subject[16..].copy_from_slice(&peer.port().to_be_bytes());
-                    Ok(hasher.hash_for(policy, &subject))
-                },
-            );
+            .check(policy, peer_key(hasher));
         let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let limited = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!(

@@ -238,25 +238,20 @@ async fn script_flushes_during_load_are_survived() {
     assert_eq!(admitted.load(Ordering::SeqCst), 60);
 }
 
-/// The expiry in milliseconds of every key under `prefix`, in any order.
-async fn expiries(connection: &ConnectionManager, prefix: &str) -> Vec<i64> {
+/// The expiry in milliseconds of the one key under `prefix`.
+async fn only_expiry(connection: &ConnectionManager, prefix: &str) -> i64 {
     let mut connection = connection.clone();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))
         .query_async(&mut connection)
         .await
         .expect("keys");
-    let mut expiries = Vec::new();
-    for key in keys {
-        expiries.push(
-            redis::cmd("PTTL")
-                .arg(&key)
-                .query_async(&mut connection)
-                .await
-                .expect("pttl"),
-        );
-    }
-    expiries
+    assert_eq!(keys.len(), 1, "one counter under {prefix}");
+    redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut connection)
+        .await
+        .expect("pttl")
 }
 
 #[tokio::test]
@@ -271,23 +266,16 @@ async fn counters_expire_by_themselves_once_worthless() {
     // The allowed check writes a counter that lives as long as its window (plus
     // at most one millisecond); the denied one leaves it alone.
     let whole_limit = Check::weighted(&policy, key(5), 2).expect("valid");
-    assert!(
-        fixed_limiter
-            .check(&whole_limit)
-            .await
-            .expect("check")
-            .is_allowed()
-    );
-    assert!(
+    let decisions = [
+        fixed_limiter.check(&whole_limit).await.expect("check"),
         fixed_limiter
             .check(&Check::new(&policy, key(5)))
             .await
-            .expect("check")
-            .is_denied()
-    );
-    let ttls = expiries(&connection, config.prefix()).await;
-    assert_eq!(ttls.len(), 1, "{ttls:?}");
-    assert!((9_000..=10_001).contains(&ttls[0]), "{ttls:?}");
+            .expect("check"),
+    ];
+    assert!(decisions[0].is_allowed() && decisions[1].is_denied());
+    let ttl = only_expiry(&connection, config.prefix()).await;
+    assert!((9_000..=10_001).contains(&ttl), "{ttl}");
 
     // A GCRA entry is worthless once its burst has replenished: after one unit
     // of 10 per 10 s, that is one emission interval.
@@ -301,14 +289,11 @@ async fn counters_expire_by_themselves_once_worthless() {
         10,
     )
     .expect("valid");
-    assert!(
-        gcra_limiter
-            .check(&Check::new(&gcra, key(6)))
-            .await
-            .expect("check")
-            .is_allowed()
-    );
-    let ttls = expiries(&connection, gcra_config.prefix()).await;
-    assert_eq!(ttls.len(), 1, "{ttls:?}");
-    assert!((500..=1_001).contains(&ttls[0]), "{ttls:?}");
+    let decision = gcra_limiter
+        .check(&Check::new(&gcra, key(6)))
+        .await
+        .expect("check");
+    assert!(decision.is_allowed());
+    let ttl = only_expiry(&connection, gcra_config.prefix()).await;
+    assert!((500..=1_001).contains(&ttl), "{ttl}");
 }

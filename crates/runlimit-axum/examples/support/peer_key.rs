@@ -1,0 +1,29 @@
+//! The key extractor the benchmarks use: the TCP peer, as a directly reached
+//! service would key its clients.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::ConnectInfo;
+use http::request::Parts;
+use runlimit_axum::MissingMetadata;
+use runlimit_core::{FixedWindowPolicy, KeyHasher, SubjectKey};
+
+/// Keys on the peer's address and port without formatting them as text.
+pub(crate) fn peer_key(
+    hasher: KeyHasher,
+) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
+{
+    move |parts, policy| {
+        let ConnectInfo(peer) = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .ok_or(MissingMetadata::new("peer"))?;
+        let mut subject = [0u8; 18];
+        match peer.ip() {
+            IpAddr::V4(ip) => subject[12..16].copy_from_slice(&ip.octets()),
+            IpAddr::V6(ip) => subject[..16].copy_from_slice(&ip.octets()),
+        }
+        subject[16..].copy_from_slice(&peer.port().to_be_bytes());
+        Ok(hasher.hash_for(policy, &subject))
+    }
+}
