@@ -126,6 +126,53 @@ impl<'o> AdmissionReporter<'o> {
         );
         notify(observer, |observer| observer.on_admission(&observation));
     }
+
+    /// Runs a backend's single check, timing it and reporting its outcome.
+    ///
+    /// `decide` is the whole check, caller-error validation included;
+    /// `may_have_consumed` tells, for an error, whether quota may have been
+    /// consumed anyway (a reply lost after the backend applied the check).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `decide` returns.
+    pub async fn observe_check<P: Policy + ?Sized, E>(
+        observer: Option<&'o dyn Observer>,
+        check: &Check<'_, P>,
+        decide: impl Future<Output = Result<Decision, E>>,
+        may_have_consumed: impl FnOnce(&E) -> bool,
+    ) -> Result<Decision, E> {
+        let report = Self::start(observer);
+        let result = decide.await;
+        let outcome = match &result {
+            Ok(decision) => AdmissionOutcome::of_decision(decision),
+            Err(error) => AdmissionOutcome::of_failure(may_have_consumed(error)),
+        };
+        report.finish(Operation::Check, std::slice::from_ref(check), outcome);
+        result
+    }
+
+    /// Runs a backend's atomic batch, timing it and reporting its outcome; see
+    /// [`observe_check`](Self::observe_check).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `decide` returns.
+    pub async fn observe_batch<P: Policy + ?Sized, E>(
+        observer: Option<&'o dyn Observer>,
+        checks: &[Check<'_, P>],
+        decide: impl Future<Output = Result<BatchDecision, E>>,
+        may_have_consumed: impl FnOnce(&E) -> bool,
+    ) -> Result<BatchDecision, E> {
+        let report = Self::start(observer);
+        let result = decide.await;
+        let outcome = match &result {
+            Ok(batch) => AdmissionOutcome::of_batch(batch),
+            Err(error) => AdmissionOutcome::of_failure(may_have_consumed(error)),
+        };
+        report.finish(Operation::Batch, checks, outcome);
+        result
+    }
 }
 
 /// Whether an observation is about a single check or an atomic batch.

@@ -1,14 +1,19 @@
 //! Observation helpers keep telemetry from changing admission results.
 
 use std::{
-    sync::atomic::{AtomicUsize, Ordering},
+    pin::pin,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    task::{Context, Poll, Waker},
     time::Duration,
 };
 
 use runlimit_core::{
-    AdmissionObservation, AdmissionOutcome, CapacityObservation, Check, CleanupObservation,
-    Consumption, FixedWindowPolicy, Observer, Operation, PolicyId, PolicyLabel, ScopeId,
-    SubjectKey, notify,
+    AdmissionObservation, AdmissionOutcome, AdmissionReporter, BatchDecision, CapacityObservation,
+    Check, CleanupObservation, Consumption, Decision, FixedWindowPolicy, Observer, Operation,
+    PolicyId, PolicyLabel, ScopeId, SubjectKey, notify,
 };
 
 #[derive(Debug, Default)]
@@ -83,4 +88,84 @@ fn observer_panics_are_caught() {
         observer.on_capacity(&CapacityObservation::new(9, 10, Some(0)));
     }));
     assert_eq!(CapacityObservation::new(9, 10, None).headroom(), 1);
+}
+
+/// Records the operation, outcome and consumption of every admission.
+#[derive(Debug, Default)]
+struct Outcomes(Mutex<Vec<(Operation, AdmissionOutcome, Consumption)>>);
+
+impl Observer for Outcomes {
+    fn on_admission(&self, observation: &AdmissionObservation<'_>) {
+        self.0.lock().expect("lock").push((
+            observation.operation(),
+            observation.outcome(),
+            observation.consumption(),
+        ));
+    }
+}
+
+/// Polls a future that never waits to completion.
+fn ready<T>(future: impl Future<Output = T>) -> T {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(value) => value,
+        Poll::Pending => panic!("the test futures never wait"),
+    }
+}
+
+#[test]
+fn remote_admissions_report_outcomes_and_doubtful_consumption() {
+    let outcomes = Outcomes::default();
+    let client = policy("client");
+    let checks = [Check::new(&client, SubjectKey::from_digest([3; 32]))];
+    let allowed = Decision::allowed(8, 7, Duration::from_secs(60)).expect("valid");
+    let decision = ready(AdmissionReporter::observe_check(
+        Some(&outcomes),
+        &checks[0],
+        async { Ok::<_, bool>(allowed) },
+        |&lost_reply| lost_reply,
+    ))
+    .expect("allowed");
+    assert!(decision.is_allowed());
+    // A reply lost after sending may have consumed quota; a refusal did not.
+    for lost_reply in [true, false] {
+        let failed = ready(AdmissionReporter::observe_batch(
+            Some(&outcomes),
+            &checks,
+            async { Err::<BatchDecision, _>(lost_reply) },
+            |&lost_reply| lost_reply,
+        ));
+        assert_eq!(failed, Err(lost_reply));
+    }
+    // Without an observer the result passes through untouched.
+    let unobserved = ready(AdmissionReporter::observe_batch(
+        None,
+        &checks,
+        async { Err::<BatchDecision, _>(true) },
+        |&lost_reply| lost_reply,
+    ));
+    assert_eq!(unobserved, Err(true));
+    assert_eq!(
+        *outcomes.0.lock().expect("lock"),
+        [
+            (
+                Operation::Check,
+                AdmissionOutcome::Allowed,
+                Consumption::Consumed
+            ),
+            (
+                Operation::Batch,
+                AdmissionOutcome::Failed,
+                Consumption::PossiblyConsumed
+            ),
+            (
+                Operation::Batch,
+                AdmissionOutcome::Failed,
+                Consumption::NotConsumed
+            ),
+        ]
+    );
 }

@@ -9,8 +9,8 @@ use std::{
 
 use redis::{Script, aio::ConnectionLike};
 use runlimit_core::{
-    AdmissionOutcome, AdmissionReporter, BatchDecision, Check, Decision, Denial, FixedWindowPolicy,
-    GcraPolicy, Limiter, Observer, Operation, Policy,
+    AdmissionReporter, BatchDecision, Check, Decision, Denial, FixedWindowPolicy, GcraPolicy,
+    Limiter, Observer, Policy,
     gcra::{ExactMicros, GcraMicros},
     validate_batch,
 };
@@ -151,31 +151,32 @@ where
     }
 
     async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
-        let report = AdmissionReporter::start(self.observer.as_deref());
-        let result = self
-            .decide(std::slice::from_ref(check))
-            .await
-            .and_then(|mut decisions| decisions.pop().ok_or(CheckError::UnexpectedReply));
-        let outcome = match &result {
-            Ok(decision) => AdmissionOutcome::of_decision(decision),
-            Err(error) => AdmissionOutcome::of_failure(error.may_have_consumed_quota()),
+        let decide = async {
+            let mut decisions = self.decide(std::slice::from_ref(check)).await?;
+            decisions.pop().ok_or(CheckError::UnexpectedReply)
         };
-        report.finish(Operation::Check, std::slice::from_ref(check), outcome);
-        result
+        AdmissionReporter::observe_check(
+            self.observer.as_deref(),
+            check,
+            decide,
+            CheckError::may_have_consumed_quota,
+        )
+        .await
     }
 
     async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
-        let report = AdmissionReporter::start(self.observer.as_deref());
-        let result = match validate_batch(checks, self.config.max_batch_size()) {
-            Err(error) => Err(CheckError::InvalidBatch(error)),
-            Ok(()) => self.decide(checks).await.map(BatchDecision::from_decisions),
+        let decide = async {
+            validate_batch(checks, self.config.max_batch_size())
+                .map_err(CheckError::InvalidBatch)?;
+            self.decide(checks).await.map(BatchDecision::from_decisions)
         };
-        let outcome = match &result {
-            Ok(batch) => AdmissionOutcome::of_batch(batch),
-            Err(error) => AdmissionOutcome::of_failure(error.may_have_consumed_quota()),
-        };
-        report.finish(Operation::Batch, checks, outcome);
-        result
+        AdmissionReporter::observe_batch(
+            self.observer.as_deref(),
+            checks,
+            decide,
+            CheckError::may_have_consumed_quota,
+        )
+        .await
     }
 }
 
