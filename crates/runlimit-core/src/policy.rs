@@ -260,6 +260,72 @@ pub trait Policy: fmt::Debug + Send + Sync + sealed::Sealed {
     fn capacity(&self) -> u64;
 }
 
+/// The accessors every policy shares (inherent, so callers need not import
+/// [`Policy`]) and its [`Policy`] implementation; `$capacity` names the field
+/// holding the largest cost a single check may carry.
+macro_rules! policy_identity {
+    ($policy:ty, $algorithm:expr, $capacity:ident) => {
+        impl $policy {
+            /// The policy identifier.
+            #[inline]
+            #[must_use]
+            pub fn id(&self) -> &PolicyId {
+                &self.id
+            }
+
+            /// The scope identifier.
+            #[inline]
+            #[must_use]
+            pub fn scope(&self) -> &ScopeId {
+                &self.scope
+            }
+
+            /// Whether quota exhaustion is enforced or only reported.
+            #[inline]
+            #[must_use]
+            pub fn quota_mode(&self) -> QuotaMode {
+                self.quota_mode
+            }
+
+            /// The digest that keys this policy's counters.
+            #[inline]
+            #[must_use]
+            pub fn fingerprint(&self) -> &PolicyFingerprint {
+                &self.fingerprint
+            }
+        }
+
+        impl sealed::Sealed for $policy {}
+
+        impl Policy for $policy {
+            #[inline]
+            fn algorithm(&self) -> Algorithm {
+                $algorithm
+            }
+            #[inline]
+            fn id(&self) -> &PolicyId {
+                &self.id
+            }
+            #[inline]
+            fn scope(&self) -> &ScopeId {
+                &self.scope
+            }
+            #[inline]
+            fn quota_mode(&self) -> QuotaMode {
+                self.quota_mode
+            }
+            #[inline]
+            fn fingerprint(&self) -> &PolicyFingerprint {
+                &self.fingerprint
+            }
+            #[inline]
+            fn capacity(&self) -> u64 {
+                self.$capacity
+            }
+        }
+    };
+}
+
 /// An anchored fixed-window policy: at most `limit` units per `window`, where each
 /// subject's window starts at its first allowed check.
 ///
@@ -329,20 +395,6 @@ impl FixedWindowPolicy {
         self
     }
 
-    /// The policy identifier.
-    #[inline]
-    #[must_use]
-    pub fn id(&self) -> &PolicyId {
-        &self.id
-    }
-
-    /// The scope identifier.
-    #[inline]
-    #[must_use]
-    pub fn scope(&self) -> &ScopeId {
-        &self.scope
-    }
-
     /// Units admitted per window.
     #[inline]
     #[must_use]
@@ -363,20 +415,6 @@ impl FixedWindowPolicy {
     pub fn window_millis(&self) -> u64 {
         self.window_ms
     }
-
-    /// Whether quota exhaustion is enforced or only reported.
-    #[inline]
-    #[must_use]
-    pub fn quota_mode(&self) -> QuotaMode {
-        self.quota_mode
-    }
-
-    /// The digest that keys this policy's counters.
-    #[inline]
-    #[must_use]
-    pub fn fingerprint(&self) -> &PolicyFingerprint {
-        &self.fingerprint
-    }
 }
 
 impl fmt::Debug for FixedWindowPolicy {
@@ -391,34 +429,7 @@ impl fmt::Debug for FixedWindowPolicy {
     }
 }
 
-impl sealed::Sealed for FixedWindowPolicy {}
-
-impl Policy for FixedWindowPolicy {
-    #[inline]
-    fn algorithm(&self) -> Algorithm {
-        Algorithm::FixedWindow
-    }
-    #[inline]
-    fn id(&self) -> &PolicyId {
-        &self.id
-    }
-    #[inline]
-    fn scope(&self) -> &ScopeId {
-        &self.scope
-    }
-    #[inline]
-    fn quota_mode(&self) -> QuotaMode {
-        self.quota_mode
-    }
-    #[inline]
-    fn fingerprint(&self) -> &PolicyFingerprint {
-        &self.fingerprint
-    }
-    #[inline]
-    fn capacity(&self) -> u64 {
-        self.limit
-    }
-}
+policy_identity!(FixedWindowPolicy, Algorithm::FixedWindow, limit);
 
 /// A GCRA (generic cell rate algorithm) policy: `quota` units replenish
 /// continuously over each `period`, and at most `burst_capacity` units may be
@@ -550,20 +561,6 @@ impl GcraPolicy {
         self
     }
 
-    /// The policy identifier.
-    #[inline]
-    #[must_use]
-    pub fn id(&self) -> &PolicyId {
-        &self.id
-    }
-
-    /// The scope identifier.
-    #[inline]
-    #[must_use]
-    pub fn scope(&self) -> &ScopeId {
-        &self.scope
-    }
-
     /// Units replenished per [`period`](Self::period).
     #[inline]
     #[must_use]
@@ -624,20 +621,6 @@ impl GcraPolicy {
     pub fn burst_tolerance_nanos(&self) -> ExactNanos {
         self.burst_tolerance
     }
-
-    /// Whether quota exhaustion is enforced or only reported.
-    #[inline]
-    #[must_use]
-    pub fn quota_mode(&self) -> QuotaMode {
-        self.quota_mode
-    }
-
-    /// The digest that keys this policy's counters.
-    #[inline]
-    #[must_use]
-    pub fn fingerprint(&self) -> &PolicyFingerprint {
-        &self.fingerprint
-    }
 }
 
 impl fmt::Debug for GcraPolicy {
@@ -653,34 +636,7 @@ impl fmt::Debug for GcraPolicy {
     }
 }
 
-impl sealed::Sealed for GcraPolicy {}
-
-impl Policy for GcraPolicy {
-    #[inline]
-    fn algorithm(&self) -> Algorithm {
-        Algorithm::Gcra
-    }
-    #[inline]
-    fn id(&self) -> &PolicyId {
-        &self.id
-    }
-    #[inline]
-    fn scope(&self) -> &ScopeId {
-        &self.scope
-    }
-    #[inline]
-    fn quota_mode(&self) -> QuotaMode {
-        self.quota_mode
-    }
-    #[inline]
-    fn fingerprint(&self) -> &PolicyFingerprint {
-        &self.fingerprint
-    }
-    #[inline]
-    fn capacity(&self) -> u64 {
-        self.burst_capacity
-    }
-}
+policy_identity!(GcraPolicy, Algorithm::Gcra, burst_capacity);
 
 #[cfg(feature = "serde")]
 mod serde_impl {
