@@ -40,6 +40,7 @@ fn subject(n: u64) -> SubjectKey {
     SubjectKey::from_digest(digest)
 }
 
+/// See [`Workload::MinimalScript`]; its keys expire by themselves a minute later.
 static MINIMAL_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         "local now = redis.call('TIME') \
