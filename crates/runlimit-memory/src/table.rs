@@ -64,8 +64,11 @@ impl StoreKey {
     }
 }
 
+/// A stored key and its state: 48 bytes, packed densely rather than padded to
+/// a cache line. Random-key checks are bound by cache and TLB misses, and a
+/// quarter fewer bytes per key measured faster than one line per slot, while
+/// the slots sharing a line always belong to the same shard (and lock).
 #[derive(Debug, Clone, Copy)]
-#[repr(align(64))]
 struct Slot<S> {
     key: StoreKey,
     state: S,
