@@ -11,6 +11,52 @@
 --     every check is allowed.
 -- Outcomes: 0 allowed, 1 quota exceeded, 2 storage capacity.
 
+-- Capacity for new counters: locks the ledger rows of the shards the new keys
+-- (p_new[i]) fall in, in ascending shard order, and returns for each key
+-- whether it is refused because its shard is full. Within a shard, keys earlier
+-- in the batch take the remaining room first.
+CREATE FUNCTION runlimit_refuse_beyond_capacity(
+    p_counter_table text,
+    p_keys bytea[],
+    p_new boolean[],
+    p_max_rows_per_shard integer
+) RETURNS boolean[]
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_refused boolean[] := pg_catalog.array_fill(false, ARRAY[pg_catalog.cardinality(p_keys)]);
+    v_shard smallint;
+    v_needed integer;
+    v_headroom integer;
+    i integer;
+BEGIN
+    FOR v_shard, v_needed IN
+        SELECT pg_catalog.get_byte(p_keys[k], 32)::smallint, count(*)::integer
+        FROM pg_catalog.generate_subscripts(p_keys, 1) AS k
+        WHERE p_new[k]
+        GROUP BY 1
+        ORDER BY 1
+    LOOP
+        SELECT ledger.used INTO v_headroom
+        FROM runlimit_capacity_ledger AS ledger
+        WHERE ledger.counter_table = p_counter_table AND ledger.shard = v_shard
+        FOR UPDATE;
+        v_headroom := p_max_rows_per_shard - v_headroom;
+        IF v_headroom < v_needed THEN
+            FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
+                IF p_new[i] AND pg_catalog.get_byte(p_keys[i], 32) = v_shard THEN
+                    IF v_headroom > 0 THEN
+                        v_headroom := v_headroom - 1;
+                    ELSE
+                        v_refused[i] := true;
+                    END IF;
+                END IF;
+            END LOOP;
+        END IF;
+    END LOOP;
+    RETURN v_refused;
+END;
+$$;
+
 CREATE FUNCTION runlimit_check_fixed_windows(
     p_keys bytea[],
     p_lock_ids bigint[],
@@ -32,9 +78,8 @@ DECLARE
     v_outcome smallint[] := '{}';
     v_row record;
     v_denied boolean := false;
-    v_shard smallint;
-    v_needed integer;
-    v_headroom integer;
+    v_new boolean[] := '{}';
+    v_refused boolean[];
     i integer;
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
@@ -71,32 +116,19 @@ BEGIN
         END IF;
     END LOOP;
 
-    FOR v_shard, v_needed IN
-        SELECT pg_catalog.get_byte(p_keys[k], 32)::smallint, count(*)::integer
-        FROM pg_catalog.generate_subscripts(p_keys, 1) AS k
-        WHERE NOT v_exists[k] AND v_outcome[k] = 0
-        GROUP BY 1
-        ORDER BY 1
-    LOOP
-        SELECT ledger.used INTO v_headroom
-        FROM runlimit_capacity_ledger AS ledger
-        WHERE ledger.counter_table = 'fixed_windows' AND ledger.shard = v_shard
-        FOR UPDATE;
-        v_headroom := p_max_rows_per_shard - v_headroom;
-        IF v_headroom < v_needed THEN
-            FOR i IN 1..v_count LOOP
-                IF NOT v_exists[i] AND v_outcome[i] = 0
-                    AND pg_catalog.get_byte(p_keys[i], 32) = v_shard THEN
-                    IF v_headroom > 0 THEN
-                        v_headroom := v_headroom - 1;
-                    ELSE
-                        v_outcome[i] := 2;
-                        v_denied := true;
-                    END IF;
-                END IF;
-            END LOOP;
-        END IF;
+    -- Rows for new counters need room in their capacity shard.
+    FOR i IN 1..v_count LOOP
+        v_new[i] := NOT v_exists[i] AND v_outcome[i] = 0;
     END LOOP;
+    IF true = ANY (v_new) THEN
+        v_refused := runlimit_refuse_beyond_capacity('fixed_windows', p_keys, v_new, p_max_rows_per_shard);
+        FOR i IN 1..v_count LOOP
+            IF v_refused[i] THEN
+                v_outcome[i] := 2;
+                v_denied := true;
+            END IF;
+        END LOOP;
+    END IF;
 
     IF NOT v_denied THEN
         FOR i IN 1..v_count LOOP
@@ -148,9 +180,8 @@ DECLARE
     v_base_us bigint;
     v_base_rem bigint;
     v_denied boolean := false;
-    v_shard smallint;
-    v_needed integer;
-    v_headroom integer;
+    v_new boolean[] := '{}';
+    v_refused boolean[];
     i integer;
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
@@ -194,32 +225,19 @@ BEGIN
         END IF;
     END LOOP;
 
-    FOR v_shard, v_needed IN
-        SELECT pg_catalog.get_byte(p_keys[k], 32)::smallint, count(*)::integer
-        FROM pg_catalog.generate_subscripts(p_keys, 1) AS k
-        WHERE NOT v_exists[k] AND v_outcome[k] = 0
-        GROUP BY 1
-        ORDER BY 1
-    LOOP
-        SELECT ledger.used INTO v_headroom
-        FROM runlimit_capacity_ledger AS ledger
-        WHERE ledger.counter_table = 'gcra' AND ledger.shard = v_shard
-        FOR UPDATE;
-        v_headroom := p_max_rows_per_shard - v_headroom;
-        IF v_headroom < v_needed THEN
-            FOR i IN 1..v_count LOOP
-                IF NOT v_exists[i] AND v_outcome[i] = 0
-                    AND pg_catalog.get_byte(p_keys[i], 32) = v_shard THEN
-                    IF v_headroom > 0 THEN
-                        v_headroom := v_headroom - 1;
-                    ELSE
-                        v_outcome[i] := 2;
-                        v_denied := true;
-                    END IF;
-                END IF;
-            END LOOP;
-        END IF;
+    -- Rows for new counters need room in their capacity shard.
+    FOR i IN 1..v_count LOOP
+        v_new[i] := NOT v_exists[i] AND v_outcome[i] = 0;
     END LOOP;
+    IF true = ANY (v_new) THEN
+        v_refused := runlimit_refuse_beyond_capacity('gcra', p_keys, v_new, p_max_rows_per_shard);
+        FOR i IN 1..v_count LOOP
+            IF v_refused[i] THEN
+                v_outcome[i] := 2;
+                v_denied := true;
+            END IF;
+        END LOOP;
+    END IF;
 
     IF NOT v_denied THEN
         FOR i IN 1..v_count LOOP

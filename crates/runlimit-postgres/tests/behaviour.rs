@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, Denial, FixedWindowPolicy, Limiter};
+use runlimit_core::{Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId};
 use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
 use sqlx::Executor;
 
@@ -307,6 +307,51 @@ async fn full_capacity_shards_deny_new_keys_only() {
         foreign.is_err(),
         "the ledger's CHECK refuses the 65,537th row"
     );
+}
+
+#[tokio::test]
+async fn gcra_counters_share_the_capacity_rules() {
+    let Some(schema) = common::schema("gcra_capacity").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let limiter = PostgresLimiter::<GcraPolicy>::new(
+        pool.clone(),
+        fast_config().with_max_rows_per_shard(1).expect("valid"),
+    );
+    let policy = GcraPolicy::new(
+        PolicyId::new("capped").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        5,
+        Duration::from_secs(60),
+        5,
+    )
+    .expect("valid");
+    // A batch of two new keys in one shard with room for one: the first key in
+    // the batch takes the room, the second is refused, and nothing is written.
+    let batch = [
+        Check::new(&policy, key(42, 1)),
+        Check::new(&policy, key(42, 2)),
+    ];
+    assert!(
+        limiter
+            .check_all(&batch)
+            .await
+            .expect("decided")
+            .would_deny()
+    );
+    let decisions = [
+        limiter.check(&batch[0]).await.expect("fits"),
+        limiter.check(&batch[1]).await.expect("decided"),
+        limiter.check(&batch[0]).await.expect("existing"),
+    ];
+    assert!(decisions[0].is_allowed());
+    assert_eq!(
+        decisions[1].denial(),
+        Some(&Denial::StorageCapacity { retry_after: None })
+    );
+    assert_eq!(decisions[2].remaining(), Some(3));
 }
 
 #[tokio::test]
