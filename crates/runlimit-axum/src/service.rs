@@ -253,9 +253,7 @@ where
     match parts.extensions.get_mut::<RateLimitContext>() {
         Some(context) => context.extend(applied),
         None => {
-            let mut context = RateLimitContext::default();
-            context.extend(applied);
-            parts.extensions.insert(context);
+            parts.extensions.insert(RateLimitContext::new(applied));
         }
     }
     let mut response = inner.call(Request::from_parts(parts, body)).await?;
