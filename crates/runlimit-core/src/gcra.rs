@@ -1,12 +1,14 @@
-//! Exact GCRA arithmetic for backends whose clock counts microseconds.
+//! Exact GCRA arithmetic, shared by every backend.
 //!
-//! PostgreSQL and Redis keep a key's theoretical arrival time as whole
-//! microseconds plus a remainder in units of `1 / quota` microsecond. The
-//! products such a backend needs (`cost × period / quota` and
-//! `burst × period / quota`) are formed here with 128-bit integers and handed to
-//! the server already reduced, so a server only adds, subtracts and compares
-//! values below 2<sup>53</sup>; the server's answer (how far the new arrival time
-//! lies ahead of now) is turned back into a [`Decision`] here too.
+//! A GCRA key's theoretical arrival time, and every quantity compared with it,
+//! is kept as whole clock units plus a remainder in units of `1 / quota` of a
+//! clock unit, so no policy ever rounds. The memory store counts nanoseconds
+//! ([`ExactNanos`], [`GcraNanos`]); PostgreSQL and Redis count microseconds
+//! ([`ExactMicros`], [`GcraMicros`]) and receive the products they need
+//! (`cost × period / quota` and `burst × period / quota`) already reduced, so a
+//! server only adds, subtracts and compares values below 2<sup>53</sup>. The
+//! answer (how far the new arrival time lies ahead of now) becomes a
+//! [`Decision`] here, with durations rounded up to whole milliseconds.
 
 use std::time::Duration;
 
@@ -15,105 +17,227 @@ use crate::{
     policy::GcraPolicy,
 };
 
-/// A duration of `micros + remainder / quota` microseconds.
+/// A duration of `whole + remainder / quota` clock units, where a clock unit
+/// is `1 / UNITS_PER_MILLI` of a millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExactMicros {
-    /// Whole microseconds.
-    pub micros: u64,
-    /// The fraction of a microsecond, in units of `1 / quota`; below the quota.
+pub struct Exact<const UNITS_PER_MILLI: u64> {
+    /// Whole clock units.
+    pub whole: u64,
+    /// The fraction of a clock unit, in units of `1 / quota`; below the quota.
     pub remainder: u64,
 }
 
-impl ExactMicros {
-    fn ratio(factor: u64, micros: u64, quota: u64) -> Self {
-        let product = u128::from(factor) * u128::from(micros);
+/// Nanoseconds plus a fraction: the memory store's clock unit.
+pub type ExactNanos = Exact<1_000_000>;
+
+/// Microseconds plus a fraction: the clock unit of PostgreSQL and Redis.
+pub type ExactMicros = Exact<1_000>;
+
+impl<const UNITS_PER_MILLI: u64> Exact<UNITS_PER_MILLI> {
+    /// A whole number of clock units.
+    #[inline]
+    #[must_use]
+    pub const fn from_whole(whole: u64) -> Self {
+        Self {
+            whole,
+            remainder: 0,
+        }
+    }
+
+    /// `factor × units / quota` clock units, computed exactly in 128 bits.
+    pub(crate) fn ratio(factor: u64, units: u64, quota: u64) -> Self {
+        let product = u128::from(factor) * u128::from(units);
         let quota = u128::from(quota);
         Self {
-            // Bounded by MAX_WINDOW in microseconds for every valid policy and cost.
-            micros: u64::try_from(product / quota).unwrap_or(u64::MAX),
+            // Policies bound the quotient by MAX_WINDOW in clock units.
+            whole: u64::try_from(product / quota).unwrap_or(u64::MAX),
             // Below quota <= MAX_LIMIT.
             remainder: u64::try_from(product % quota).unwrap_or(0),
         }
     }
 
-    /// `self - other`, saturating at zero.
-    fn minus(self, other: Self, quota: u64) -> Self {
-        if self <= other {
-            return Self {
-                micros: 0,
-                remainder: 0,
-            };
+    /// `factor` times this duration, exactly (saturating beyond `u64`).
+    #[inline]
+    #[must_use]
+    pub fn times(self, factor: u64, quota: u64) -> Self {
+        if factor == 1 {
+            return self;
         }
-        if self.remainder >= other.remainder {
+        match (
+            factor.checked_mul(self.whole),
+            factor.checked_mul(self.remainder),
+        ) {
+            // The common case stays in 64-bit arithmetic.
+            (Some(whole), Some(remainder)) => Self {
+                whole: whole.saturating_add(remainder / quota),
+                remainder: remainder % quota,
+            },
+            _ => {
+                let remainder = u128::from(factor) * u128::from(self.remainder);
+                let whole =
+                    u128::from(factor) * u128::from(self.whole) + remainder / u128::from(quota);
+                Self {
+                    whole: u64::try_from(whole).unwrap_or(u64::MAX),
+                    // Below quota.
+                    remainder: u64::try_from(remainder % u128::from(quota)).unwrap_or(0),
+                }
+            }
+        }
+    }
+
+    /// `self + other`, carrying a whole remainder into the units.
+    #[inline]
+    #[must_use]
+    pub fn saturating_add(self, other: Self, quota: u64) -> Self {
+        let remainder = self.remainder + other.remainder;
+        let carry = remainder >= quota;
+        Self {
+            whole: self
+                .whole
+                .saturating_add(other.whole)
+                .saturating_add(u64::from(carry)),
+            remainder: if carry { remainder - quota } else { remainder },
+        }
+    }
+
+    /// `self - other`, or zero when `other` is not smaller.
+    #[inline]
+    #[must_use]
+    pub fn saturating_sub(self, other: Self, quota: u64) -> Self {
+        if self <= other {
+            Self::from_whole(0)
+        } else if self.remainder >= other.remainder {
             Self {
-                micros: self.micros - other.micros,
+                whole: self.whole - other.whole,
                 remainder: self.remainder - other.remainder,
             }
         } else {
             Self {
-                micros: self.micros - other.micros - 1,
+                whole: self.whole - other.whole - 1,
                 remainder: self.remainder + quota - other.remainder,
             }
         }
     }
 
+    /// Whole clock units, rounding any fraction up.
+    #[inline]
+    #[must_use]
+    pub fn ceil_whole(self) -> u64 {
+        self.whole.saturating_add(u64::from(self.remainder > 0))
+    }
+
     /// Rounded up to whole milliseconds.
-    fn ceil_millis(self) -> Duration {
-        let micros = self.micros.saturating_add(u64::from(self.remainder > 0));
-        Duration::from_millis(micros.div_ceil(1_000))
+    #[inline]
+    #[must_use]
+    pub fn ceil_millis(self) -> Duration {
+        Duration::from_millis(self.ceil_whole().div_ceil(UNITS_PER_MILLI))
     }
 }
 
-/// The exact quantities one GCRA check needs, in microseconds.
+/// The exact quantities one GCRA check needs, in one clock unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct GcraMicros {
+pub struct GcraExact<const UNITS_PER_MILLI: u64> {
     /// The policy's quota: the denominator of every remainder.
     pub quota: u64,
     /// The time this check's cost takes to replenish.
-    pub increment: ExactMicros,
+    pub increment: Exact<UNITS_PER_MILLI>,
     /// The burst tolerance: how far ahead of now the arrival time may run.
-    pub tolerance: ExactMicros,
-    period_micros: u64,
+    pub tolerance: Exact<UNITS_PER_MILLI>,
+    period_units: u64,
+    burst_capacity: u64,
+}
+
+/// A check's GCRA quantities in nanoseconds (the memory store).
+pub type GcraNanos = GcraExact<1_000_000>;
+
+/// A check's GCRA quantities in microseconds (PostgreSQL and Redis).
+pub type GcraMicros = GcraExact<1_000>;
+
+impl GcraNanos {
+    /// The quantities for a check of `cost` units under `policy`, from the
+    /// constants the policy precomputed: no division for a unit cost.
+    #[inline]
+    #[must_use]
+    pub fn new(policy: &GcraPolicy, cost: u64) -> Self {
+        let quota = policy.quota();
+        Self {
+            quota,
+            increment: policy.emission_interval_nanos().times(cost, quota),
+            tolerance: policy.burst_tolerance_nanos(),
+            // Policies bound periods to MAX_WINDOW, far below u64::MAX / 1e6.
+            period_units: policy.period_millis() * 1_000_000,
+            burst_capacity: policy.burst_capacity(),
+        }
+    }
 }
 
 impl GcraMicros {
     /// The quantities for a check of `cost` units under `policy`.
     #[must_use]
     pub fn new(policy: &GcraPolicy, cost: u64) -> Self {
-        let period_micros = policy.period_millis().saturating_mul(1_000);
+        let period_units = policy.period_millis().saturating_mul(1_000);
         let quota = policy.quota();
         Self {
             quota,
-            increment: ExactMicros::ratio(cost, period_micros, quota),
-            tolerance: ExactMicros::ratio(policy.burst_capacity(), period_micros, quota),
-            period_micros,
+            increment: Exact::ratio(cost, period_units, quota),
+            tolerance: Exact::ratio(policy.burst_capacity(), period_units, quota),
+            period_units,
+            burst_capacity: policy.burst_capacity(),
         }
     }
+}
 
-    /// The decision for a check whose new arrival time lies `ahead` of now:
-    /// allowed when within the tolerance (with the units left and the time to
-    /// full replenishment), otherwise a quota denial under the policy's mode.
-    /// Durations round up to whole milliseconds.
-    #[must_use]
-    pub fn decision(&self, policy: &GcraPolicy, ahead: ExactMicros) -> Decision {
+impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
+    /// The outcome for a check whose new arrival time lies `ahead` of now:
+    /// within the tolerance, the units left and the time to full replenishment;
+    /// beyond it, the time until the check would fit. Durations round up to
+    /// whole milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// The retry-after duration when the check exceeds the burst tolerance.
+    #[inline]
+    pub fn outcome(&self, ahead: Exact<UNITS_PER_MILLI>) -> Result<(u64, Duration), Duration> {
         if ahead > self.tolerance {
-            let retry_after = ahead.minus(self.tolerance, self.quota).ceil_millis();
-            return Decision::for_mode(
+            return Err(ahead
+                .saturating_sub(self.tolerance, self.quota)
+                .ceil_millis());
+        }
+        // Units still available: floor((tolerance - ahead) / (period / quota)).
+        let slack = self.tolerance.saturating_sub(ahead, self.quota);
+        let period = self.period_units.max(1);
+        let remaining = match slack
+            .whole
+            .checked_mul(self.quota)
+            .and_then(|scaled| scaled.checked_add(slack.remainder))
+        {
+            Some(scaled) => scaled / period,
+            None => {
+                let scaled =
+                    u128::from(slack.whole) * u128::from(self.quota) + u128::from(slack.remainder);
+                u64::try_from(scaled / u128::from(period)).unwrap_or(u64::MAX)
+            }
+        };
+        Ok((remaining.min(self.burst_capacity), ahead.ceil_millis()))
+    }
+
+    /// [`outcome`](Self::outcome) as a [`Decision`], a quota denial following
+    /// the policy's mode.
+    #[must_use]
+    pub fn decision(&self, policy: &GcraPolicy, ahead: Exact<UNITS_PER_MILLI>) -> Decision {
+        match self.outcome(ahead) {
+            Ok((remaining, reset_after)) => {
+                Decision::allowed(self.burst_capacity, remaining, reset_after)
+                    .unwrap_or_else(|_| unreachable!("remaining is clamped to the burst capacity"))
+            }
+            Err(retry_after) => Decision::for_mode(
                 policy.quota_mode(),
                 Denial::QuotaExceeded {
-                    capacity: policy.burst_capacity(),
+                    capacity: self.burst_capacity,
                     retry_after,
                 },
-            );
+            ),
         }
-        let slack = self.tolerance.minus(ahead, self.quota);
-        let scaled =
-            u128::from(slack.micros) * u128::from(self.quota) + u128::from(slack.remainder);
-        let remaining = u64::try_from(scaled / u128::from(self.period_micros.max(1)))
-            .unwrap_or(u64::MAX)
-            .min(policy.burst_capacity());
-        Decision::allowed(policy.burst_capacity(), remaining, ahead.ceil_millis())
-            .unwrap_or_else(|_| unreachable!("remaining is clamped to the burst capacity"))
     }
 }
 
@@ -122,21 +246,90 @@ mod tests {
     use super::*;
     use crate::{PolicyId, ScopeId};
 
-    #[test]
-    fn thirds_of_a_microsecond_stay_exact() {
-        let policy = GcraPolicy::new(
+    fn policy(quota: u64, period: Duration, burst: u64) -> GcraPolicy {
+        GcraPolicy::new(
             PolicyId::new("p").expect("valid"),
             ScopeId::new("s").expect("valid"),
-            3,
-            Duration::from_millis(10),
-            1,
+            quota,
+            period,
+            burst,
         )
-        .expect("valid");
+        .expect("valid")
+    }
+
+    #[test]
+    fn exact_arithmetic_carries_and_borrows() {
+        let quota = 3;
+        let a = ExactNanos {
+            whole: 1,
+            remainder: 2,
+        }; // 1 + 2/3
+        assert_eq!(
+            ExactNanos {
+                whole: 0,
+                remainder: 2
+            }
+            .times(4, quota),
+            ExactNanos {
+                whole: 2,
+                remainder: 2
+            }
+        );
+        assert_eq!(
+            a.saturating_add(a, quota),
+            ExactNanos {
+                whole: 3,
+                remainder: 1
+            }
+        );
+        assert_eq!(
+            ExactNanos {
+                whole: 3,
+                remainder: 1
+            }
+            .saturating_sub(a, quota),
+            a
+        );
+        assert_eq!(
+            a.saturating_sub(a.times(2, quota), quota),
+            ExactNanos::from_whole(0)
+        );
+        assert_eq!(a.ceil_whole(), 2);
+        assert_eq!(
+            ExactNanos::from_whole(1_000_000).ceil_millis(),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            ExactNanos {
+                whole: 1_000_000,
+                remainder: 1
+            }
+            .ceil_millis(),
+            Duration::from_millis(2)
+        );
+        // Products beyond 64 bits stay exact: 8 × (5 + (2^62 - 1) / 2^62).
+        let quota = 1 << 62;
+        let wide = ExactMicros {
+            whole: 5,
+            remainder: quota - 1,
+        };
+        assert_eq!(
+            wide.times(8, quota),
+            ExactMicros {
+                whole: 47,
+                remainder: quota - 8
+            }
+        );
+    }
+
+    #[test]
+    fn thirds_of_a_microsecond_stay_exact() {
+        let policy = policy(3, Duration::from_millis(10), 1);
         let check = GcraMicros::new(&policy, 1);
         assert_eq!(
             check.increment,
             ExactMicros {
-                micros: 3_333,
+                whole: 3_333,
                 remainder: 1
             }
         );
@@ -144,10 +337,29 @@ mod tests {
         assert_eq!(allowed.remaining(), Some(0));
         assert_eq!(allowed.reset_after(), Some(Duration::from_millis(4)));
         let twice = ExactMicros {
-            micros: 6_666,
+            whole: 6_666,
             remainder: 2,
         };
         let denied = check.decision(&policy, twice);
         assert_eq!(denied.retry_after(), Some(Duration::from_millis(4)));
+    }
+
+    #[test]
+    fn nanosecond_and_microsecond_checks_agree() {
+        let policy = policy(7, Duration::from_millis(3), 5);
+        for cost in 1..=5 {
+            let nanos = GcraNanos::new(&policy, cost);
+            let micros = GcraMicros::new(&policy, cost);
+            // The same exact quantity in both units: x ns = x / 1000 µs.
+            assert_eq!(
+                u128::from(nanos.increment.whole) * 7 + u128::from(nanos.increment.remainder),
+                (u128::from(micros.increment.whole) * 7 + u128::from(micros.increment.remainder))
+                    * 1_000
+            );
+            assert_eq!(
+                nanos.outcome(nanos.increment),
+                micros.outcome(micros.increment)
+            );
+        }
     }
 }

@@ -21,6 +21,7 @@
 //! 128-bit integers and handed over already reduced to a whole part below
 //! [`MAX_WINDOW`] and a remainder below the quota.
 
+pub use crate::gcra::ExactNanos;
 use std::{fmt, time::Duration};
 
 use sha2::{Digest, Sha256};
@@ -473,30 +474,6 @@ pub struct GcraPolicy {
     fingerprint: PolicyFingerprint,
 }
 
-/// A duration of `nanos + remainder / quota` nanoseconds, exact for any GCRA
-/// quota: see [`GcraPolicy::emission_interval_nanos`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExactNanos {
-    /// Whole nanoseconds.
-    pub nanos: u64,
-    /// The fraction of a nanosecond, in units of `1 / quota`; below the quota.
-    pub remainder: u64,
-}
-
-impl ExactNanos {
-    /// `factor × nanos / quota` nanoseconds, computed exactly in 128 bits.
-    fn ratio(factor: u64, nanos: u64, quota: u64) -> Self {
-        let product = u128::from(factor) * u128::from(nanos);
-        let quota = u128::from(quota);
-        Self {
-            // Callers bound the quotient by MAX_WINDOW in nanoseconds (3.2e16).
-            nanos: u64::try_from(product / quota).unwrap_or(u64::MAX),
-            // Below quota <= MAX_LIMIT.
-            remainder: u64::try_from(product % quota).unwrap_or(0),
-        }
-    }
-}
-
 impl GcraPolicy {
     /// Creates an enforcing policy replenishing `quota` units per `period` with at
     /// most `burst_capacity` units available at once.
@@ -605,7 +582,7 @@ impl GcraPolicy {
     /// # use runlimit_core::{GcraPolicy, PolicyId, ScopeId, policy::ExactNanos};
     /// let policy = GcraPolicy::new(PolicyId::new("p")?, ScopeId::new("s")?, 3, Duration::from_millis(1), 1)?;
     /// // 1 ms / 3 = 333_333 ns + 1/3 ns.
-    /// assert_eq!(policy.emission_interval_nanos(), ExactNanos { nanos: 333_333, remainder: 1 });
+    /// assert_eq!(policy.emission_interval_nanos(), ExactNanos { whole: 333_333, remainder: 1 });
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]

@@ -8,7 +8,10 @@
 
 use std::{fmt, time::Duration};
 
-use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy, policy::ExactNanos};
+use runlimit_core::{
+    Decision, Denial, FixedWindowPolicy, GcraPolicy,
+    gcra::{ExactNanos, GcraNanos},
+};
 
 const NANOS_PER_MILLI: u64 = 1_000_000;
 
@@ -126,77 +129,10 @@ impl Engine for FixedWindow {
     }
 }
 
-/// A non-negative time in nanoseconds plus `rem / quota` of a nanosecond.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Scaled {
-    nanos: u64,
-    rem: u64,
-}
-
-impl Scaled {
-    fn from_exact(exact: ExactNanos) -> Self {
-        Self {
-            nanos: exact.nanos,
-            rem: exact.remainder,
-        }
-    }
-
-    /// `factor` times this duration, exactly.
-    fn times(self, factor: u64, quota: u64) -> Self {
-        if factor == 1 {
-            return self;
-        }
-        // factor × rem < MAX_LIMIT² = 1e18 fits u64; factor × nanos is at most the
-        // burst tolerance, below MAX_WINDOW in nanoseconds.
-        let rem = factor * self.rem;
-        Self {
-            nanos: factor * self.nanos + rem / quota,
-            rem: rem % quota,
-        }
-    }
-
-    fn add(self, other: Self, quota: u64) -> Self {
-        let rem = self.rem + other.rem;
-        let carry = rem >= quota;
-        Self {
-            nanos: self
-                .nanos
-                .saturating_add(other.nanos)
-                .saturating_add(u64::from(carry)),
-            rem: if carry { rem - quota } else { rem },
-        }
-    }
-
-    /// `self - other`, for `self >= other`.
-    fn sub(self, other: Self, quota: u64) -> Self {
-        if self.rem >= other.rem {
-            Self {
-                nanos: self.nanos - other.nanos,
-                rem: self.rem - other.rem,
-            }
-        } else {
-            Self {
-                nanos: self.nanos - other.nanos - 1,
-                rem: self.rem + quota - other.rem,
-            }
-        }
-    }
-
-    /// Whole nanoseconds, rounding any fraction up.
-    fn ceil_nanos(self) -> u64 {
-        self.nanos.saturating_add(u64::from(self.rem > 0))
-    }
-
-    /// The duration rounded up to whole milliseconds.
-    fn ceil_millis(self) -> Duration {
-        Duration::from_millis(self.ceil_nanos().div_ceil(NANOS_PER_MILLI))
-    }
-}
-
 /// The theoretical arrival time of one GCRA key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
-    tat: Scaled,
+    tat: ExactNanos,
 }
 
 impl Engine for Gcra {
@@ -210,43 +146,24 @@ impl Engine for Gcra {
         cost: u64,
         now: u64,
     ) -> Evaluation<GcraState> {
-        let quota = policy.quota();
-        let period = millis_to_nanos(policy.period_millis());
-        let now = Scaled { nanos: now, rem: 0 };
-        // Each unit costs period / quota; the burst tolerance is
-        // burst × period / quota. The policy holds both exactly.
-        let increment = Scaled::from_exact(policy.emission_interval_nanos()).times(cost, quota);
-        let tolerance = Scaled::from_exact(policy.burst_tolerance_nanos());
+        let check = GcraNanos::new(policy, cost);
+        let now = ExactNanos::from_whole(now);
         let start = state.map_or(now, |state| state.tat.max(now));
-        let tat = start.add(increment, quota);
-        let ahead = tat.sub(now, quota);
-        if ahead > tolerance {
-            let retry_after = ahead.sub(tolerance, quota).ceil_millis();
-            return Evaluation::Denied(denial_for(policy.burst_capacity(), retry_after));
-        }
-        // Units still available: floor((tolerance - ahead) / (period / quota)).
-        let slack = tolerance.sub(ahead, quota);
-        let remaining = match slack
-            .nanos
-            .checked_mul(quota)
-            .and_then(|scaled| scaled.checked_add(slack.rem))
-        {
-            Some(scaled) => scaled / period,
-            None => {
-                let scaled = u128::from(slack.nanos) * u128::from(quota) + u128::from(slack.rem);
-                u64::try_from(scaled / u128::from(period)).unwrap_or(u64::MAX)
+        let tat = start.saturating_add(check.increment, check.quota);
+        match check.outcome(tat.saturating_sub(now, check.quota)) {
+            Err(retry_after) => {
+                Evaluation::Denied(denial_for(policy.burst_capacity(), retry_after))
             }
-        };
-        let decision = Decision::allowed(policy.burst_capacity(), remaining, ahead.ceil_millis())
-            .unwrap_or_else(|_| unreachable!("slack never exceeds the burst tolerance"));
-        Evaluation::Allowed {
-            decision,
-            next: GcraState { tat },
+            Ok((remaining, reset_after)) => Evaluation::Allowed {
+                decision: Decision::allowed(policy.burst_capacity(), remaining, reset_after)
+                    .unwrap_or_else(|_| unreachable!("remaining never exceeds the burst")),
+                next: GcraState { tat },
+            },
         }
     }
 
     fn deadline(state: &GcraState) -> u64 {
-        state.tat.ceil_nanos()
+        state.tat.ceil_whole()
     }
 }
 
@@ -277,31 +194,6 @@ mod tests {
             }
             Evaluation::Denied(denial) => Decision::denied(denial),
         }
-    }
-
-    #[test]
-    fn scaled_arithmetic_carries_and_borrows() {
-        let quota = 3;
-        let a = Scaled { nanos: 1, rem: 2 }; // 1 + 2/3
-        assert_eq!(
-            Scaled { nanos: 0, rem: 2 }.times(4, quota),
-            Scaled { nanos: 2, rem: 2 }
-        );
-        assert_eq!(a, Scaled { nanos: 1, rem: 2 });
-        assert_eq!(a.add(a, quota), Scaled { nanos: 3, rem: 1 });
-        assert_eq!(
-            Scaled { nanos: 3, rem: 1 }.sub(a, quota),
-            Scaled { nanos: 1, rem: 2 }
-        );
-        assert_eq!(a.ceil_nanos(), 2);
-        assert_eq!(
-            Scaled { nanos: MS, rem: 0 }.ceil_millis(),
-            Duration::from_millis(1)
-        );
-        assert_eq!(
-            Scaled { nanos: MS, rem: 1 }.ceil_millis(),
-            Duration::from_millis(2)
-        );
     }
 
     #[test]
@@ -339,7 +231,7 @@ mod tests {
         for _ in 0..3 {
             assert!(run(&policy, &mut state, 1, 0).is_allowed());
         }
-        assert_eq!(state.map(|s| s.tat), Some(Scaled { nanos: MS, rem: 0 }));
+        assert_eq!(state.map(|s| s.tat), Some(ExactNanos::from_whole(MS)));
     }
 
     #[test]

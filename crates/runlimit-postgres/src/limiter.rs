@@ -428,9 +428,9 @@ impl PgPolicy for GcraPolicy {
         .bind(counter_keys(checks))
         .bind(lock_ids(checks))
         .bind(column(|check| check.quota))
-        .bind(column(|check| check.increment.micros))
+        .bind(column(|check| check.increment.whole))
         .bind(column(|check| check.increment.remainder))
-        .bind(column(|check| check.tolerance.micros))
+        .bind(column(|check| check.tolerance.whole))
         .bind(column(|check| check.tolerance.remainder))
         .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
         .bind(config.lock_timeout_ms())
@@ -444,7 +444,7 @@ impl PgPolicy for GcraPolicy {
             .map(|((check, row), exact)| {
                 let outcome: i16 = row.try_get(0)?;
                 let ahead = ExactMicros {
-                    micros: as_u64(row.try_get(1)?),
+                    whole: as_u64(row.try_get(1)?),
                     remainder: as_u64(row.try_get(2)?),
                 };
                 Ok(match outcome {

@@ -278,9 +278,9 @@ impl RedisPolicy for GcraPolicy {
                 let exact = GcraMicros::new(check.policy(), check.cost());
                 [
                     exact.quota,
-                    exact.increment.micros,
+                    exact.increment.whole,
                     exact.increment.remainder,
-                    exact.tolerance.micros,
+                    exact.tolerance.whole,
                     exact.tolerance.remainder,
                 ]
                 .map(as_i64)
@@ -298,7 +298,7 @@ impl RedisPolicy for GcraPolicy {
             .map(|(check, values)| {
                 let exact = GcraMicros::new(check.policy(), check.cost());
                 let ahead = ExactMicros {
-                    micros: as_u64(values[1]),
+                    whole: as_u64(values[1]),
                     remainder: as_u64(values[2]),
                 };
                 matches!(values[0], 0 | 1).then(|| exact.decision(check.policy(), ahead))
