@@ -142,18 +142,13 @@ impl<A: Algorithm> Store<A> {
     ) -> Decision {
         // Look the key up before reading the clock, so the likely cache miss on a
         // cold key overlaps the clock read.
-        let slot = table.find(key);
+        let found = table.find(key);
         let now = table.advance(self.now_nanos());
         let policy = check.policy();
-        match A::evaluate(
-            policy,
-            slot.map(|slot| table.state(slot)),
-            check.cost(),
-            now,
-        ) {
+        match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
             Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
-            Evaluation::Allowed { decision, next } => match slot {
-                Some(slot) => {
+            Evaluation::Allowed { decision, next } => match found {
+                Some((slot, _)) => {
                     table.set_state(slot, next);
                     decision
                 }
@@ -162,7 +157,7 @@ impl<A: Algorithm> Store<A> {
                     let decision = if table.headroom() == 0 {
                         Decision::denied(capacity_denial(table, now))
                     } else {
-                        table.insert(*key, next, A::deadline(&next));
+                        table.insert(*key, next, A::deadline);
                         decision
                     };
                     if self.observer.is_some() {
@@ -272,10 +267,10 @@ impl<A: Algorithm> Store<A> {
         let mut decisions = Vec::with_capacity(checks.len());
         for (check, item) in checks.iter().zip(items.iter_mut()) {
             let table = &guards[position_of(item.shard)];
-            item.slot = table.find(&item.key);
+            let found = table.find(&item.key);
+            item.slot = found.map(|(slot, _)| slot);
             let policy = check.policy();
-            let state = item.slot.map(|slot| table.state(slot));
-            match A::evaluate(policy, state, check.cost(), now) {
+            match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
                 Evaluation::Allowed { decision, next } => {
                     decisions.push(decision);
                     item.next = Some(next);
@@ -327,15 +322,17 @@ impl<A: Algorithm> Store<A> {
 
         let batch = BatchDecision::from_decisions(decisions);
         if batch.is_allowed() {
+            // Every check of an allowed batch has a next state. Stored keys are
+            // updated before new keys go in, because an insert may move entries
+            // and invalidate the slots the preflight resolved.
             for item in &items {
-                // Every check of an allowed batch has a next state.
-                let Some(next) = item.next else { continue };
-                let table = &mut guards[position_of(item.shard)];
-                match item.slot {
-                    Some(slot) => table.set_state(slot, next),
-                    None => {
-                        table.insert(item.key, next, A::deadline(&next));
-                    }
+                if let (Some(slot), Some(next)) = (item.slot, item.next) {
+                    guards[position_of(item.shard)].set_state(slot, next);
+                }
+            }
+            for item in &items {
+                if let (None, Some(next)) = (item.slot, item.next) {
+                    guards[position_of(item.shard)].insert(item.key, next, A::deadline);
                 }
             }
         }

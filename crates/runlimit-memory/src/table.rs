@@ -1,26 +1,33 @@
-//! One shard's storage: a slot arena, a prehashed index into it, and a lazy
-//! expiry heap.
+//! One shard's storage: a prehashed table holding each key's state inline, and
+//! a lazy expiry heap.
 //!
-//! The index stores 4-byte slot numbers instead of whole entries, so the
-//! per-key footprint is a 48-byte slot, an index bucket and a 16-byte heap
-//! entry. The heap records, for every stored key, a lower bound of its
-//! deadline: deadlines only move later while a key is stored, so admissions
-//! never touch the heap. Cleanup pops the earliest bound; a key whose real
-//! deadline has moved is pushed back with the real value instead of removed.
+//! The per-key footprint is a 32-byte entry and a control byte at the hash
+//! table's load factor, plus a 16-byte heap entry. A lookup touches the table's
+//! control bytes and then the entry itself: no second hop through an index.
+//!
+//! The heap records, for every stored key, a lower bound of its deadline and the
+//! table bucket that holds the key: deadlines only move later while a key is
+//! stored, so admissions never touch the heap. Cleanup pops the earliest bound;
+//! a key whose real deadline has moved is pushed back with the real value
+//! instead of removed. Buckets stay put until the table grows (or rehashes
+//! away its tombstones); the table then rebuilds the heap from the entries,
+//! which costs no more than the rehash itself.
 
 use std::{cmp::Reverse, collections::BinaryHeap};
 
 use hashbrown::HashTable;
 use runlimit_core::CounterKey;
 
-/// The 32-byte storage identity of a counter: the subject key XOR the policy
-/// fingerprint.
+/// The 16-byte storage identity of a counter: the 32-byte subject key XOR the
+/// policy fingerprint, folded to 128 bits.
 ///
-/// Within one policy this is injective. Across policies two counters collide only
-/// if their subject keys differ by exactly the XOR of their fingerprints, which
-/// HMAC-derived subject keys make as unlikely as a SHA-256 collision.
+/// Subject keys are HMAC outputs (or application digests that must be just as
+/// unpredictable), so two distinct counters share an identity with probability
+/// about 2⁻¹²⁸ per pair, the same odds as guessing the HMAC. The fold runs the
+/// upper words through a bijective mixer first, so application digests that
+/// vary in one word only still map to distinct identities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StoreKey([u64; 4]);
+pub(crate) struct StoreKey([u64; 2]);
 
 const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -42,59 +49,62 @@ impl StoreKey {
             };
             read(fingerprint) ^ read(subject)
         };
-        Self([word(0), word(1), word(2), word(3)])
+        Self([word(0) ^ mix(word(2)), word(1) ^ mix(word(3))])
     }
 
     /// The hash the shard's index uses. Keys are already digests; mixing only
     /// protects the table from application digests with structure.
     #[inline]
     fn table_hash(&self) -> u64 {
-        mix(self.0[0] ^ self.0[2])
+        mix(self.0[0])
     }
 
-    /// The shard this key lives in, from words the table hash does not use.
+    /// The shard this key lives in, from the word the table hash does not use.
     #[inline]
     pub(crate) fn shard(&self, shard_count: usize) -> usize {
         if shard_count == 1 {
             return 0;
         }
-        let spread = u128::from(mix(self.0[1] ^ self.0[3])) * shard_count as u128;
+        let spread = u128::from(mix(self.0[1])) * shard_count as u128;
         // The high half of a 64×64 product is below shard_count.
         usize::try_from(spread >> 64).unwrap_or(0)
     }
 }
 
-/// A stored key and its state: 48 bytes, packed densely rather than padded to
-/// a cache line. Random-key checks are bound by cache and TLB misses, and a
-/// quarter fewer bytes per key measured faster than one line per slot, while
-/// the slots sharing a line always belong to the same shard (and lock).
+/// A stored key and its state: 32 bytes for both algorithms, aligned so that an
+/// entry never straddles two cache lines. Random-key checks are bound by cache
+/// misses, and this is the line a lookup must load.
 #[derive(Debug, Clone, Copy)]
-struct Slot<S> {
+#[repr(align(32))]
+struct Entry<S> {
     key: StoreKey,
     state: S,
 }
 
-/// Where a stored key lives inside its shard.
+/// Where a stored key lives inside its shard: a table bucket, stable until the
+/// table grows.
 pub(crate) type SlotId = u32;
 
 #[derive(Debug)]
 pub(crate) struct Table<S> {
-    index: HashTable<SlotId>,
-    slots: Vec<Slot<S>>,
-    free: Vec<SlotId>,
-    /// `(deadline lower bound, slot)` for every occupied slot, earliest first.
+    entries: HashTable<Entry<S>>,
+    /// `(deadline lower bound, bucket)` for every stored key, earliest first.
     expiry: BinaryHeap<Reverse<(u64, SlotId)>>,
     capacity: usize,
     /// The latest time this shard has seen; time never moves backwards here.
     last_now: u64,
 }
 
+fn slot_id(bucket: usize) -> SlotId {
+    // A shard holds at most MAX_KEYS (2^31) keys, so its table has at most 2^32
+    // buckets and every bucket index fits.
+    SlotId::try_from(bucket).unwrap_or(SlotId::MAX)
+}
+
 impl<S: Copy> Table<S> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            index: HashTable::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            entries: HashTable::new(),
             expiry: BinaryHeap::new(),
             capacity,
             last_now: 0,
@@ -113,7 +123,7 @@ impl<S: Copy> Table<S> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.index.len()
+        self.entries.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -124,58 +134,72 @@ impl<S: Copy> Table<S> {
         self.capacity.saturating_sub(self.len())
     }
 
+    /// Where `key` is stored, and its state.
     #[inline]
-    pub(crate) fn find(&self, key: &StoreKey) -> Option<SlotId> {
-        self.index
-            .find(key.table_hash(), |&slot| {
-                self.slots[slot as usize].key == *key
-            })
-            .copied()
+    pub(crate) fn find(&self, key: &StoreKey) -> Option<(SlotId, S)> {
+        let bucket = self
+            .entries
+            .find_bucket_index(key.table_hash(), |entry| entry.key == *key)?;
+        let entry = self.entries.get_bucket(bucket)?;
+        Some((slot_id(bucket), entry.state))
     }
 
-    #[inline]
-    pub(crate) fn state(&self, slot: SlotId) -> S {
-        self.slots[slot as usize].state
-    }
-
+    /// Replaces the state of the key `find` returned `slot` for. Slots stay
+    /// valid until the next [`insert`](Self::insert).
     #[inline]
     pub(crate) fn set_state(&mut self, slot: SlotId, state: S) {
-        self.slots[slot as usize].state = state;
+        if let Some(entry) = self.entries.get_bucket_mut(slot as usize) {
+            entry.state = state;
+        }
     }
 
     /// Stores a new key. The caller has checked that the shard has headroom.
-    pub(crate) fn insert(&mut self, key: StoreKey, state: S, deadline: u64) -> SlotId {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Slot { key, state };
-                slot
-            }
-            None => {
-                reserve_within(&mut self.slots, self.capacity);
-                self.slots.push(Slot { key, state });
-                // len <= capacity <= MAX_KEYS (2^31), so it fits a SlotId.
-                SlotId::try_from(self.slots.len() - 1).unwrap_or(SlotId::MAX)
-            }
-        };
-        let slots = &self.slots;
-        self.index.insert_unique(key.table_hash(), slot, |&other| {
-            slots[other as usize].key.table_hash()
-        });
+    /// Invalidates every slot returned before.
+    pub(crate) fn insert(&mut self, key: StoreKey, state: S, deadline: impl Fn(&S) -> u64) {
+        // With no growth left, an insert that does not reuse a tombstone grows the
+        // table or rehashes it in place, moving entries; either leaves room after.
+        let was_full = self.entries.len() == self.entries.capacity();
+        let bucket = self
+            .entries
+            .insert_unique(key.table_hash(), Entry { key, state }, |entry| {
+                entry.key.table_hash()
+            })
+            .bucket_index();
+        if was_full && self.entries.len() < self.entries.capacity() {
+            self.rebuild_expiry(&deadline);
+            return;
+        }
         if self.expiry.len() == self.expiry.capacity() {
             let additional = self
                 .expiry
                 .len()
                 .max(4)
-                .min(self.capacity - self.expiry.len());
+                .min(self.capacity.saturating_sub(self.expiry.len()).max(1));
             self.expiry.reserve_exact(additional);
         }
-        self.expiry.push(Reverse((deadline, slot)));
-        slot
+        self.expiry
+            .push(Reverse((deadline(&state), slot_id(bucket))));
+    }
+
+    /// Records every stored key's real deadline under its current bucket.
+    fn rebuild_expiry(&mut self, deadline: &impl Fn(&S) -> u64) {
+        let mut heap = std::mem::take(&mut self.expiry).into_vec();
+        heap.clear();
+        let needed = self.entries.len().min(self.capacity);
+        if heap.capacity() < needed {
+            heap.reserve_exact(needed - heap.len());
+        }
+        heap.extend(self.entries.iter_buckets().filter_map(|bucket| {
+            let entry = self.entries.get_bucket(bucket)?;
+            Some(Reverse((deadline(&entry.state), slot_id(bucket))))
+        }));
+        self.expiry = BinaryHeap::from(heap);
     }
 
     /// Removes expired entries, popping at most `allowance` heap entries; a key
     /// in `protected` (slots an in-flight batch already resolved) is never
-    /// removed. Returns how many entries were removed.
+    /// removed. Removal never moves other entries, so resolved slots stay valid.
+    /// Returns how many entries were removed.
     pub(crate) fn remove_expired(
         &mut self,
         allowance: usize,
@@ -192,21 +216,18 @@ impl<S: Copy> Table<S> {
                 break;
             }
             self.expiry.pop();
-            let actual = deadline(&self.slots[slot as usize].state);
+            let Ok(entry) = self.entries.get_bucket_entry(slot as usize) else {
+                // Every heap record names a stored key; nothing to remove otherwise.
+                continue;
+            };
+            let actual = deadline(&entry.get().state);
             if actual > now || protected.contains(&slot) {
                 // Still live: record its real deadline (for a protected expired key,
                 // push it past `now` so it is looked at again by a later operation).
                 self.expiry.push(Reverse((actual.max(now + 1), slot)));
                 continue;
             }
-            let key = self.slots[slot as usize].key;
-            if let Ok(entry) = self
-                .index
-                .find_entry(key.table_hash(), |&other| other == slot)
-            {
-                entry.remove();
-            }
-            self.free.push(slot);
+            entry.remove();
             removed += 1;
         }
         removed
@@ -222,18 +243,103 @@ impl<S: Copy> Table<S> {
 
     /// Forgets every entry, keeping the shard's time.
     pub(crate) fn clear(&mut self) {
-        self.index.clear();
-        self.slots.clear();
-        self.free.clear();
+        self.entries.clear();
         self.expiry.clear();
     }
 }
 
-/// Grows `vec` for one more element without exceeding `limit` elements of
-/// capacity, so a full shard holds no unused tail.
-fn reserve_within<T>(vec: &mut Vec<T>, limit: usize) {
-    if vec.len() == vec.capacity() {
-        let additional = vec.len().max(4).min(limit.saturating_sub(vec.len())).max(1);
-        vec.reserve_exact(additional);
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::{StoreKey, Table};
+
+    /// The state is the key's deadline itself.
+    fn deadline(state: &u64) -> u64 {
+        *state
+    }
+
+    fn key(id: u8) -> StoreKey {
+        StoreKey([
+            u64::from(id).wrapping_mul(0x0123_4567_89AB_CDEF),
+            u64::from(id),
+        ])
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Store key `id` (if absent and there is room) living `ttl` from now.
+        Insert(u8, u64),
+        /// Move a stored key's deadline later by `by`.
+        Extend(u8, u64),
+        Advance(u64),
+        /// Remove expired entries with this allowance.
+        Clean(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..64, 1u64..50).prop_map(|(id, ttl)| Op::Insert(id, ttl)),
+            2 => (0u8..64, 1u64..50).prop_map(|(id, by)| Op::Extend(id, by)),
+            2 => (1u64..20).prop_map(Op::Advance),
+            2 => (1usize..6).prop_map(Op::Clean),
+        ]
+    }
+
+    proptest! {
+        /// Growth, in-place rehashes and tombstone reuse move entries between
+        /// buckets; the expiry heap must follow them, so cleanup removes exactly
+        /// expired keys and never loses or keeps a stale one.
+        #[test]
+        fn the_expiry_heap_follows_entries_through_growth_and_churn(
+            ops in prop::collection::vec(op(), 1..400),
+        ) {
+            let mut table = Table::<u64>::new(40);
+            let mut model: HashMap<u8, u64> = HashMap::new();
+            let mut now = 0;
+            for op in ops {
+                match op {
+                    Op::Insert(id, ttl) => {
+                        if table.find(&key(id)).is_none() && table.headroom() > 0 {
+                            table.insert(key(id), now + ttl, deadline);
+                            model.insert(id, now + ttl);
+                        }
+                    }
+                    Op::Extend(id, by) => {
+                        if let Some((slot, state)) = table.find(&key(id)) {
+                            table.set_state(slot, state + by);
+                            model.insert(id, state + by);
+                        }
+                    }
+                    Op::Advance(by) => now = table.advance(now + by),
+                    Op::Clean(allowance) => {
+                        let removed = table.remove_expired(allowance, now, &[], deadline);
+                        let gone: Vec<u64> = model
+                            .iter()
+                            .filter(|&(&id, _)| table.find(&key(id)).is_none())
+                            .map(|(_, &due)| due)
+                            .collect();
+                        prop_assert!(gone.iter().all(|&due| due <= now), "removed a live key");
+                        prop_assert_eq!(gone.len(), removed);
+                        prop_assert!(removed <= allowance);
+                        model.retain(|&id, _| table.find(&key(id)).is_some());
+                    }
+                }
+                prop_assert_eq!(table.len(), model.len());
+                for (&id, &due) in &model {
+                    prop_assert_eq!(table.find(&key(id)).map(|(_, state)| state), Some(due));
+                }
+                // The heap's earliest bound never lies after a live key's deadline.
+                if let Some(earliest) = table.next_expiry_after(now) {
+                    prop_assert!(model.values().all(|&due| due <= now || due >= earliest));
+                }
+            }
+            let removed = table.remove_expired(usize::MAX, now, &[], deadline);
+            let expired = model.values().filter(|&&due| due <= now).count();
+            prop_assert_eq!(removed, expired);
+            prop_assert_eq!(table.len(), model.len() - expired);
+        }
     }
 }
