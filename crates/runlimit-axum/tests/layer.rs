@@ -623,3 +623,92 @@ fn layer_and_service_are_send_and_sync() {
         >,
     >();
 }
+
+/// The memory store behind the plain async contract, as a networked backend
+/// would be: it never decides without waiting, so the layer takes its
+/// awaiting path.
+#[derive(Debug)]
+struct Awaited(Arc<MemoryStore>);
+
+impl Limiter for Awaited {
+    type Policy = FixedWindowPolicy;
+    type Error = runlimit_memory::MemoryStoreError;
+
+    async fn check(&self, check: &Check<'_, FixedWindowPolicy>) -> Result<Decision, Self::Error> {
+        self.0.check(check)
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[Check<'_, FixedWindowPolicy>],
+    ) -> Result<BatchDecision, Self::Error> {
+        self.0.check_all(checks)
+    }
+}
+
+type Extract =
+    dyn Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync;
+
+#[tokio::test]
+async fn awaited_backends_derive_each_key_once_and_keep_readiness() {
+    let extractions = Arc::new(AtomicUsize::new(0));
+    let counting = |extract: Box<Extract>| {
+        let extractions = Arc::clone(&extractions);
+        move |parts: &Parts, policy: &FixedWindowPolicy| {
+            extractions.fetch_add(1, Ordering::SeqCst);
+            extract(parts, policy)
+        }
+    };
+    let layer = RateLimitLayer::new(Awaited(store()))
+        .check(
+            policy("client", 2),
+            counting(Box::new(client_key(hasher()))),
+        )
+        .check(
+            policy("identity", 5),
+            counting(Box::new(identity_key(hasher()))),
+        );
+    let mut service = layer.layer(ReadinessChecked::default());
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let ready = service.ready().await.expect("ready");
+        let response = ready.call(request("net-w", "wendy")).await.expect("ok");
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // Two checks per request, each key derived exactly once.
+    assert_eq!(extractions.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn memory_backends_derive_each_key_once() {
+    let extractions = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&extractions);
+    let client = client_key(hasher());
+    let layer = RateLimitLayer::from_shared(store()).check(
+        policy("client", 1),
+        move |parts: &Parts, policy: &FixedWindowPolicy| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            client(parts, policy)
+        },
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));
+    let allowed = service
+        .clone()
+        .oneshot(request("net-o", "x"))
+        .await
+        .expect("ok");
+    let denied = service.oneshot(request("net-o", "x")).await.expect("ok");
+    assert_eq!(allowed.status(), StatusCode::OK);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(extractions.load(Ordering::SeqCst), 2);
+}

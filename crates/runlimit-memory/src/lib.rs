@@ -81,10 +81,13 @@
 //!
 //! # Memory
 //!
-//! Each key costs a 48-byte slot, a 4-byte index entry with its control byte,
-//! and a 16-byte expiry-heap entry: about 75 bytes per key at a million keys
-//! (the index rounds up to a power of two), counted by this crate's allocation
-//! test, which holds it under 100.
+//! Each key costs a 32-byte entry stored inline in its shard's hash table (a
+//! 128-bit fold of the counter's identity and 16 bytes of state) with its
+//! control byte, and a 16-byte expiry-heap entry: about 85 bytes per key at a
+//! million keys (the table rounds up to a power of two), counted by this
+//! crate's allocation test, which holds it under 100. Two counters share an
+//! entry only if their 128-bit identities collide, which for HMAC-derived
+//! subject keys is as likely as guessing the HMAC.
 
 mod algorithm;
 mod clock;
