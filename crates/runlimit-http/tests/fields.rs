@@ -249,3 +249,33 @@ fn the_fast_status_path_matches_the_general_one() {
         None
     );
 }
+
+#[test]
+fn the_fast_status_path_matches_the_general_one_for_long_fields() {
+    // Many members with long names: the fast path has no length limit of its own.
+    let names: Vec<_> = (0..12)
+        .map(|index| name(&format!("tenant-{index}/a-rather-long-policy-scope")))
+        .collect();
+    let decisions: Vec<Decision> = (0..12u64)
+        .map(|index| {
+            Decision::allowed(
+                1_000_000,
+                999_000 - index,
+                Duration::from_secs(3_600 + index),
+            )
+            .expect("valid")
+        })
+        .collect();
+    let statuses: Vec<QuotaStatus> = names
+        .iter()
+        .zip(&decisions)
+        .filter_map(|(name, decision)| {
+            QuotaStatus::from_decision(name.clone(), decision).expect("in range")
+        })
+        .collect();
+    let general = status_field(&statuses).expect("encodes");
+    let fast =
+        runlimit_http::draft_11::status_field_for(names.iter().zip(&decisions)).expect("some");
+    assert!(general.1.len() > 256, "a long field");
+    assert_eq!(fast, general);
+}
