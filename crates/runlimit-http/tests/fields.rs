@@ -2,7 +2,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId};
 use runlimit_http::{
     FieldError,
@@ -220,6 +220,22 @@ fn problem_details_serialize_and_round_trip() {
     assert_eq!(CONTENT_TYPE, "application/problem+json");
 }
 
+/// Encodes `RateLimit` through both paths and checks they agree.
+fn fast_and_general(names: &[PolicyName], decisions: &[Decision]) -> (HeaderName, HeaderValue) {
+    let statuses: Vec<QuotaStatus> = names
+        .iter()
+        .zip(decisions)
+        .filter_map(|(name, decision)| {
+            QuotaStatus::from_decision(name.clone(), decision).expect("in range")
+        })
+        .collect();
+    let general = status_field(&statuses).expect("encodes");
+    let fast =
+        runlimit_http::draft_11::status_field_for(names.iter().zip(decisions)).expect("some");
+    assert_eq!(fast, general);
+    fast
+}
+
 #[test]
 fn the_fast_status_path_matches_the_general_one() {
     let names = [name("a"), name(r#"q"uote"#), name("cap")];
@@ -232,18 +248,8 @@ fn the_fast_status_path_matches_the_general_one() {
         .expect("quota"),
         Decision::denied(Denial::StorageCapacity { retry_after: None }),
     ];
-    let statuses: Vec<QuotaStatus> = names
-        .iter()
-        .zip(&decisions)
-        .filter_map(|(name, decision)| {
-            QuotaStatus::from_decision(name.clone(), decision).expect("in range")
-        })
-        .collect();
-    let general = status_field(&statuses).expect("encodes");
-    let fast =
-        runlimit_http::draft_11::status_field_for(names.iter().zip(&decisions)).expect("some");
-    assert_eq!(fast, general);
-    assert_eq!(fast.1, r#""a";r=3;t=5, "q\"uote";r=0;t=7"#);
+    let (_, value) = fast_and_general(&names, &decisions);
+    assert_eq!(value, r#""a";r=3;t=5, "q\"uote";r=0;t=7"#);
     assert_eq!(
         runlimit_http::draft_11::status_field_for(names[2..].iter().zip(&decisions[2..])),
         None
@@ -266,16 +272,6 @@ fn the_fast_status_path_matches_the_general_one_for_long_fields() {
             .expect("valid")
         })
         .collect();
-    let statuses: Vec<QuotaStatus> = names
-        .iter()
-        .zip(&decisions)
-        .filter_map(|(name, decision)| {
-            QuotaStatus::from_decision(name.clone(), decision).expect("in range")
-        })
-        .collect();
-    let general = status_field(&statuses).expect("encodes");
-    let fast =
-        runlimit_http::draft_11::status_field_for(names.iter().zip(&decisions)).expect("some");
-    assert!(general.1.len() > 256, "a long field");
-    assert_eq!(fast, general);
+    let (_, value) = fast_and_general(&names, &decisions);
+    assert!(value.len() > 256, "a long field");
 }
