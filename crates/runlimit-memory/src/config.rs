@@ -2,7 +2,7 @@
 
 use runlimit_core::DEFAULT_MAX_BATCH_SIZE;
 
-/// The most keys one store may hold: slot indices are 32-bit.
+/// The most keys one store may hold: bucket indices are 32-bit.
 pub const MAX_KEYS: usize = 1 << 31;
 
 /// The most shards one store may have.
