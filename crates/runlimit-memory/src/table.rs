@@ -26,8 +26,15 @@ use runlimit_core::CounterKey;
 /// about 2⁻¹²⁸ per pair, the same odds as guessing the HMAC. The fold runs the
 /// upper words through a bijective mixer first, so application digests that
 /// vary in one word only still map to distinct identities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StoreKey([u64; 2]);
+
+/// Redacted: a counter's identity is derived from its subject.
+impl std::fmt::Debug for StoreKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreKey(<redacted>)")
+    }
+}
 
 const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
 
