@@ -51,9 +51,7 @@ impl<B: Default + Send + 'static> RejectionMapper<B> for GrpcRejection {
         let (mut status, retry_after) = Self::status(rejection);
         if let Some(retry_after) = retry_after {
             let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-            let seconds = retry_after
-                .as_secs()
-                .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
+            let seconds = runlimit_core::ceil_seconds(retry_after);
             let metadata = status.metadata_mut();
             metadata.insert("grpc-retry-pushback-ms", MetadataValue::from(millis));
             metadata.insert("retry-after", MetadataValue::from(seconds));

@@ -83,7 +83,21 @@ impl Denial {
     }
 }
 
-fn ceil_seconds(duration: Duration) -> u64 {
+/// `duration` in whole seconds, rounding any fraction up, as every
+/// seconds-valued field Runlimit reports (`Retry-After`, `RateLimit`'s `t`)
+/// must: a client that waits the reported time is never early.
+///
+/// ```
+/// use std::time::Duration;
+/// use runlimit_core::ceil_seconds;
+///
+/// assert_eq!(ceil_seconds(Duration::from_millis(2_001)), 3);
+/// assert_eq!(ceil_seconds(Duration::from_secs(2)), 2);
+/// assert_eq!(ceil_seconds(Duration::ZERO), 0);
+/// ```
+#[inline]
+#[must_use]
+pub fn ceil_seconds(duration: Duration) -> u64 {
     duration
         .as_secs()
         .saturating_add(u64::from(duration.subsec_nanos() > 0))

@@ -53,7 +53,7 @@ pub mod policy;
 
 pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
 pub use check::{Check, CostError};
-pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial};
+pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};
 pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, SubjectKey};
 pub use limiter::Limiter;

@@ -49,7 +49,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use runlimit_core::{Decision, FixedWindowPolicy, GcraPolicy, Policy};
+use runlimit_core::{Decision, FixedWindowPolicy, GcraPolicy, Policy, ceil_seconds};
 use std::fmt::Write as _;
 
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
@@ -79,11 +79,18 @@ fn integer(value: u64) -> Result<Integer, FieldError> {
     Integer::try_from(value).map_err(|_| FieldError::IntegerOutOfRange { value })
 }
 
-/// Whole seconds, rounding any fraction up.
-fn ceil_seconds(duration: Duration) -> u64 {
-    duration
-        .as_secs()
-        .saturating_add(u64::from(duration.subsec_nanos() > 0))
+/// The `(remaining, reset)` a decision reports for its quota: remaining and
+/// reset for an allowed decision; zero and the retry time for a quota denial,
+/// enforced or shadow. `None` for a storage-capacity denial, which says nothing
+/// about the quota.
+fn quota_state(decision: &Decision) -> Option<(u64, Duration)> {
+    if let (Some(remaining), Some(reset)) = (decision.remaining(), decision.reset_after()) {
+        return Some((remaining, reset));
+    }
+    decision
+        .denial()
+        .filter(|denial| denial.is_quota_exceeded())
+        .map(|denial| (0, denial.retry_after().unwrap_or_default()))
 }
 
 /// A policy name: a non-empty RFC 9651 String (printable ASCII).
@@ -270,16 +277,9 @@ impl QuotaStatus {
         name: PolicyName,
         decision: &Decision,
     ) -> Result<Option<Self>, FieldError> {
-        if let (Some(remaining), Some(reset)) = (decision.remaining(), decision.reset_after()) {
-            return Self::new(name, remaining, reset).map(Some);
-        }
-        match decision.denial() {
-            Some(denial) if denial.is_quota_exceeded() => {
-                let retry = denial.retry_after().unwrap_or_default();
-                Self::new(name, 0, retry).map(Some)
-            }
-            _ => Ok(None),
-        }
+        quota_state(decision)
+            .map(|(remaining, reset)| Self::new(name, remaining, reset))
+            .transpose()
     }
 
     /// Adds an opaque, caller-supplied `pk` partition key.
@@ -367,14 +367,8 @@ pub fn status_field_for<'a>(
 ) -> Option<(HeaderName, HeaderValue)> {
     let mut text = String::with_capacity(64);
     for (name, decision) in decisions {
-        let (remaining, reset) = match (decision.remaining(), decision.reset_after()) {
-            (Some(remaining), Some(reset)) => (remaining, reset),
-            _ => match decision.denial() {
-                Some(denial) if denial.is_quota_exceeded() => {
-                    (0, denial.retry_after().unwrap_or_default())
-                }
-                _ => continue,
-            },
+        let Some((remaining, reset)) = quota_state(decision) else {
+            continue;
         };
         let reset = ceil_seconds(reset);
         if remaining > MAX_INTEGER || reset > MAX_INTEGER {
