@@ -52,29 +52,50 @@ struct Client(&'static str);
 #[derive(Clone)]
 struct Identity(&'static str);
 
+/// An extractor that keys on the string a trusted earlier layer stored in the
+/// request extension `E`, refusing requests without it.
+fn extension_key<E: Send + Sync + 'static>(
+    hasher: Arc<KeyHasher>,
+    what: &'static str,
+    subject: fn(&E) -> &'static str,
+) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
+{
+    move |parts, policy| {
+        let value = parts
+            .extensions
+            .get::<E>()
+            .ok_or(MissingMetadata::new(what))?;
+        Ok(hasher.hash_for(policy, subject(value).as_bytes()))
+    }
+}
+
 fn client_key(
     hasher: Arc<KeyHasher>,
 ) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
 {
-    move |parts, policy| {
-        let Client(network) = parts
-            .extensions
-            .get::<Client>()
-            .ok_or(MissingMetadata::new("client network"))?;
-        Ok(hasher.hash_for(policy, network.as_bytes()))
-    }
+    extension_key(hasher, "client network", |Client(network)| network)
 }
 
 fn identity_key(
     hasher: Arc<KeyHasher>,
 ) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
 {
+    extension_key(hasher, "identity", |Identity(account)| account)
+}
+
+/// Wraps `extract`, counting its calls in `calls`.
+fn counted(
+    calls: &Arc<AtomicUsize>,
+    extract: impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata>
+    + Send
+    + Sync
+    + 'static,
+) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
+{
+    let calls = Arc::clone(calls);
     move |parts, policy| {
-        let Identity(account) = parts
-            .extensions
-            .get::<Identity>()
-            .ok_or(MissingMetadata::new("identity"))?;
-        Ok(hasher.hash_for(policy, account.as_bytes()))
+        calls.fetch_add(1, Ordering::SeqCst);
+        extract(parts, policy)
     }
 }
 
@@ -646,27 +667,17 @@ impl Limiter for Awaited {
     }
 }
 
-type Extract =
-    dyn Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync;
-
 #[tokio::test]
 async fn awaited_backends_derive_each_key_once_and_keep_readiness() {
     let extractions = Arc::new(AtomicUsize::new(0));
-    let counting = |extract: Box<Extract>| {
-        let extractions = Arc::clone(&extractions);
-        move |parts: &Parts, policy: &FixedWindowPolicy| {
-            extractions.fetch_add(1, Ordering::SeqCst);
-            extract(parts, policy)
-        }
-    };
     let layer = RateLimitLayer::new(Awaited(store()))
         .check(
             policy("client", 2),
-            counting(Box::new(client_key(hasher()))),
+            counted(&extractions, client_key(hasher())),
         )
         .check(
             policy("identity", 5),
-            counting(Box::new(identity_key(hasher()))),
+            counted(&extractions, identity_key(hasher())),
         );
     let mut service = layer.layer(ReadinessChecked::default());
     let mut statuses = Vec::new();
@@ -690,14 +701,9 @@ async fn awaited_backends_derive_each_key_once_and_keep_readiness() {
 #[tokio::test]
 async fn memory_backends_derive_each_key_once() {
     let extractions = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&extractions);
-    let client = client_key(hasher());
     let layer = RateLimitLayer::from_shared(store()).check(
         policy("client", 1),
-        move |parts: &Parts, policy: &FixedWindowPolicy| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            client(parts, policy)
-        },
+        counted(&extractions, client_key(hasher())),
     );
     let calls = Arc::new(AtomicUsize::new(0));
     let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));

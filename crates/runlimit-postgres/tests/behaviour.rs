@@ -124,8 +124,7 @@ async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
     let Some(schema) = common::schema("contention").await else {
         return;
     };
-    let setup = schema.pool(1).await;
-    runlimit_postgres::migrate(&setup).await.expect("migrate");
+    schema.migrated_pool(1).await;
     let policy = Arc::new(policy("contended", 100, Duration::from_secs(3_600)));
     let admitted = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -167,8 +166,7 @@ async fn a_session_holding_the_row_lock_triggers_the_operation_timeout() {
     let Some(schema) = common::schema("locktimeout").await else {
         return;
     };
-    let pool = schema.pool(2).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(2).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let policy = policy("locked", 5, Duration::from_secs(60));
     let check = Check::new(&policy, key(6, 6));
@@ -208,8 +206,7 @@ async fn an_exhausted_pool_triggers_the_acquire_timeout() {
     let Some(schema) = common::schema("pooltimeout").await else {
         return;
     };
-    let pool = schema.pool(1).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(1).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let held = pool.acquire().await.expect("hold the only connection");
     let policy = policy("starved", 5, Duration::from_secs(60));
@@ -235,8 +232,7 @@ async fn full_capacity_shards_deny_new_keys_only() {
     let Some(schema) = common::schema("capacity").await else {
         return;
     };
-    let pool = schema.pool(2).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(2).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(
         pool.clone(),
         fast_config().with_max_rows_per_shard(2).expect("valid"),
@@ -314,8 +310,7 @@ async fn gcra_counters_share_the_capacity_rules() {
     let Some(schema) = common::schema("gcra_capacity").await else {
         return;
     };
-    let pool = schema.pool(2).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(2).await;
     let limiter = PostgresLimiter::<GcraPolicy>::new(
         pool.clone(),
         fast_config().with_max_rows_per_shard(1).expect("valid"),
@@ -359,8 +354,7 @@ async fn cleanup_removes_at_most_the_requested_expired_rows() {
     let Some(schema) = common::schema("cleanup").await else {
         return;
     };
-    let pool = schema.pool(2).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(2).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let short = policy("short", 5, Duration::from_secs(60));
     for n in 0..5 {
@@ -400,8 +394,7 @@ async fn terminated_backends_give_classified_errors_and_never_extra_admissions()
     let Some(schema) = common::schema("terminate").await else {
         return;
     };
-    let setup = schema.pool(1).await;
-    runlimit_postgres::migrate(&setup).await.expect("migrate");
+    let setup = schema.migrated_pool(1).await;
     let application = format!("runlimit-{}", schema.name);
     let pool = {
         let name = application.clone();
@@ -488,8 +481,7 @@ async fn a_cancelled_operation_never_returns_its_connection_to_the_pool() {
     let Some(schema) = common::schema("cancelled").await else {
         return;
     };
-    let pool = schema.pool(1).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(1).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(
         pool.clone(),
         fast_config()
@@ -557,8 +549,7 @@ async fn observers_see_outcomes_consumption_and_cleanup() {
     let Some(schema) = common::schema("observers").await else {
         return;
     };
-    let pool = schema.pool(1).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(1).await;
     let recorder = Arc::new(Recorder::default());
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config())
         .with_observer(Arc::clone(&recorder));

@@ -35,8 +35,7 @@ async fn every_check_and_batch_is_a_single_statement() {
     let Some(schema) = common::schema("statements").await else {
         return;
     };
-    let pool = schema.pool(1).await;
-    runlimit_postgres::migrate(&pool).await.expect("migrate");
+    let pool = schema.migrated_pool(1).await;
     let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), PostgresConfig::default());
     let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), PostgresConfig::default());
     let counter = StatementCounter::default();

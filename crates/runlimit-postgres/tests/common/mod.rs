@@ -65,6 +65,13 @@ impl TestSchema {
         self.pool_with_path(max_connections, &self.name).await
     }
 
+    /// A pool on this schema with Runlimit's migrations applied.
+    pub(crate) async fn migrated_pool(&self, max_connections: u32) -> PgPool {
+        let pool = self.pool(max_connections).await;
+        runlimit_postgres::migrate(&pool).await.expect("migrate");
+        pool
+    }
+
     /// A pool whose connections use `search_path`.
     pub(crate) async fn pool_with_path(&self, max_connections: u32, search_path: &str) -> PgPool {
         let path = search_path.to_owned();
