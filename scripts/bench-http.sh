@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Requests per second of an Axum hello-world handler, bare and behind
-# RateLimitLayer (memory backend), measured in one run with wrk on loopback.
+# Requests per second of an Axum hello-world handler, bare, behind
+# RateLimitLayer (memory backend) and, for comparison, behind tower_governor's
+# GovernorLayer without and with its headers, measured in one run with wrk on
+# loopback.
 # Usage: scripts/bench-http.sh [seconds per run, default 5] [rounds, default 9]
 # Prints every round and the median ratio: single rounds on a shared 2-core VM
 # swing by ±10%.
@@ -22,16 +24,24 @@ for _ in $(seq 1 50); do
     [[ -s "$server_log" ]] && break
     sleep 0.1
 done
-read -r bare limited < <(sed -E 's/bare=([^ ]+) limited=([^ ]+)/\1 \2/' "$server_log")
+read -r bare limited governor governor_headers < <(sed -E 's/bare=([^ ]+) limited=([^ ]+) governor=([^ ]+) governor_headers=([^ ]+)/\1 \2 \3 \4/' "$server_log")
 rate() { taskset -c 1 wrk -t1 -c32 -d"${seconds}s" "http://$1/" | awk '/Requests\/sec/ {print $2}'; }
-# Alternate the two targets so drift on the machine affects both alike.
-ratios=()
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# Alternate the targets so drift on the machine affects all alike.
+limited_ratios=()
+governor_ratios=()
+headers_ratios=()
 for round in $(seq 1 "$rounds"); do
     b="$(rate "$bare")"
     l="$(rate "$limited")"
-    ratio="$(awk -v b="$b" -v l="$l" 'BEGIN { printf "%.3f", l / b }')"
-    ratios+=("$ratio")
-    echo "round $round: bare $b req/s, limited $l req/s, ratio $ratio"
+    g="$(rate "$governor")"
+    h="$(rate "$governor_headers")"
+    read -r lr gr hr < <(awk -v b="$b" -v l="$l" -v g="$g" -v h="$h" 'BEGIN { printf "%.3f %.3f %.3f\n", l / b, g / b, h / b }')
+    limited_ratios+=("$lr")
+    governor_ratios+=("$gr")
+    headers_ratios+=("$hr")
+    echo "round $round: bare $b req/s; runlimit $l ($lr); tower_governor $g ($gr); tower_governor with headers $h ($hr)"
 done
-median="$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
-echo "median ratio (limited / bare): $median"
+echo "median ratio to bare: runlimit $(printf '%s\n' "${limited_ratios[@]}" | median)," \
+    "tower_governor $(printf '%s\n' "${governor_ratios[@]}" | median)," \
+    "tower_governor with headers $(printf '%s\n' "${headers_ratios[@]}" | median)"

@@ -1,12 +1,15 @@
 //! The layer's own per-request cost, without sockets: the same hello-world
 //! router called through `tower::ServiceExt::oneshot`, bare and behind
-//! `RateLimitLayer` on the memory backend (the configuration of
+//! `RateLimitLayer` on the memory backend, and behind tower_governor's
+//! `GovernorLayer` without and with its headers (the configurations of
 //! `examples/bench_server.rs`).
 //!
 //! Run with `cargo bench -p runlimit-axum --bench layer`; the end-to-end
 //! comparison over HTTP is `scripts/bench-http.sh`.
 #![allow(missing_docs)]
 
+#[path = "../examples/support/governed.rs"]
+mod governed;
 #[path = "../examples/support/peer_key.rs"]
 mod peer_key;
 
@@ -17,12 +20,12 @@ use std::{
 
 use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
 use criterion::{Criterion, criterion_group, criterion_main};
+use governed::governed;
 use peer_key::peer_key;
 use runlimit_axum::RateLimitLayer;
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use tower::ServiceExt;
-
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, World!" }))
 }
@@ -60,9 +63,16 @@ fn layer(c: &mut Criterion) {
         // layers are applied once, not per request.
         .with_state(());
     let bare = hello().with_state(());
+    let governor = governed(hello(), false).with_state(());
+    let governor_headers = governed(hello(), true).with_state(());
     let mut group = c.benchmark_group("hello_world");
     let mut port = 0u16;
-    for (name, router) in [("bare", bare), ("limited", limited)] {
+    for (name, router) in [
+        ("bare", bare),
+        ("limited", limited),
+        ("tower_governor", governor),
+        ("tower_governor_headers", governor_headers),
+    ] {
         group.bench_function(name, |b| {
             b.iter(|| {
                 // 32 peers, as `scripts/bench-http.sh` opens 32 connections.

@@ -1,14 +1,19 @@
-//! Serves the same hello-world handler twice, bare and behind `RateLimitLayer`
-//! on the memory backend, for `scripts/bench-http.sh` to load with wrk.
+//! Serves the same hello-world handler three ways for `scripts/bench-http.sh`
+//! to load with wrk: bare, behind `RateLimitLayer` on the memory backend, and,
+//! for comparison in the same run, behind tower_governor's `GovernorLayer`.
 //!
-//! Prints `bare=ADDR limited=ADDR` and serves until killed.
+//! Prints `bare=ADDR limited=ADDR governor=ADDR governor_headers=ADDR` and
+//! serves until killed.
 
 use std::{net::SocketAddr, time::Duration};
 
+#[path = "support/governed.rs"]
+mod governed;
 #[path = "support/peer_key.rs"]
 mod peer_key;
 
 use axum::{Router, routing::get};
+use governed::governed;
 use peer_key::peer_key;
 use runlimit_axum::RateLimitLayer;
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
@@ -34,23 +39,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let layer = RateLimitLayer::new(limiter)
             .response_fields(std::env::var_os("BENCH_NO_FIELDS").is_none())
             .check(policy, peer_key(hasher));
-        let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let limited = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listeners = [
+            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        ];
         println!(
-            "bare={} limited={}",
-            bare.local_addr()?,
-            limited.local_addr()?
+            "bare={} limited={} governor={} governor_headers={}",
+            listeners[0].local_addr()?,
+            listeners[1].local_addr()?,
+            listeners[2].local_addr()?,
+            listeners[3].local_addr()?,
         );
-        let bare_app = hello().into_make_service_with_connect_info::<SocketAddr>();
-        let limited_app = hello()
-            .layer(layer)
-            .into_make_service_with_connect_info::<SocketAddr>();
-        let (a, b) = tokio::join!(
-            axum::serve(bare, bare_app),
-            axum::serve(limited, limited_app)
+        let [bare, limited, plain, headers] = listeners;
+        let serve = |listener, app: Router| async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        };
+        let (a, b, c, d) = tokio::join!(
+            serve(bare, hello()),
+            serve(limited, hello().layer(layer)),
+            serve(plain, governed(hello(), false)),
+            serve(headers, governed(hello(), true)),
         );
         a?;
         b?;
+        c?;
+        d?;
         Ok(())
     })
 }
