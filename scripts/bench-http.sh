@@ -4,7 +4,7 @@
 # GovernorLayer without and with its headers, measured in one run with wrk on
 # loopback.
 # Usage: scripts/bench-http.sh [seconds per run, default 5] [rounds, default 9]
-# Prints every round and the median ratio: single rounds on a shared 2-core VM
+# Prints every round and the median ratios: single rounds on a shared 2-core VM
 # swing by ±10%.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

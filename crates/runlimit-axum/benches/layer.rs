@@ -26,6 +26,7 @@ use runlimit_axum::RateLimitLayer;
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use tower::ServiceExt;
+
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, World!" }))
 }
