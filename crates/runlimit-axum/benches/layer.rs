@@ -52,6 +52,7 @@ fn layer(c: &mut Criterion) {
     )
     .expect("valid");
     let hasher = KeyHasher::new(b"benchmark secret of at least 32 bytes").expect("valid");
+    let key = peer_key(hasher.prepared_for(&policy));
     let limiter = MemoryStore::new(
         MemoryStoreConfig::new(100_000)
             .expect("valid")
@@ -59,7 +60,7 @@ fn layer(c: &mut Criterion) {
             .expect("valid"),
     );
     let limited = hello()
-        .layer(RateLimitLayer::new(limiter).check(policy, peer_key(hasher)))
+        .layer(RateLimitLayer::new(limiter).check(policy, key))
         // Serving finalizes a router's state once (as `axum::serve` does), so
         // layers are applied once, not per request.
         .with_state(());

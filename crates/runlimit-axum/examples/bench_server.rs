@@ -35,10 +35,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Duration::from_secs(3_600),
         )?;
         let hasher = KeyHasher::new(b"benchmark secret of at least 32 bytes")?;
+        let key = peer_key(hasher.prepared_for(&policy));
         let limiter = MemoryStore::new(MemoryStoreConfig::new(100_000)?.with_shard_count(16)?);
         let layer = RateLimitLayer::new(limiter)
             .response_fields(std::env::var_os("BENCH_NO_FIELDS").is_none())
-            .check(policy, peer_key(hasher));
+            .check(policy, key);
         let listeners = [
             tokio::net::TcpListener::bind("127.0.0.1:0").await?,
             tokio::net::TcpListener::bind("127.0.0.1:0").await?,

@@ -55,7 +55,9 @@ pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
 pub use check::{Check, CostError};
 pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};
 pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
-pub use key::{CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, SubjectKey};
+pub use key::{
+    CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,
+};
 pub use limiter::Limiter;
 pub use observation::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,

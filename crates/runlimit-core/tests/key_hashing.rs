@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use proptest::prelude::*;
 use runlimit_core::{
     FixedWindowPolicy, GcraPolicy, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PolicyId, ScopeId,
     SubjectKey,
@@ -145,4 +146,75 @@ fn debug_output_is_redacted() {
 fn from_digest_round_trips_bytes() {
     let key = SubjectKey::from_digest([7; 32]);
     assert_eq!(key.as_bytes(), &[7; 32]);
+}
+
+proptest! {
+    /// A prepared hasher derives exactly `hash_for`'s keys: for its own policy
+    /// whatever the framing's length modulo the SHA-256 block (identifiers of 1
+    /// to 40 characters each) and the subject's length (on both sides of 256
+    /// bytes, where a one-byte length prefix stops fitting), and for any other
+    /// policy.
+    #[test]
+    fn prepared_hashers_derive_the_same_keys(
+        id in "[a-z0-9._-]{1,40}",
+        scope in "[a-z0-9._-]{1,40}",
+        other_scope in "[a-z0-9._-]{1,40}",
+        subject in proptest::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let hasher = KeyHasher::new(SECRET).expect("valid secret");
+        let window = Duration::from_secs(60);
+        let policy = fixed(&id, &scope, 5, window);
+        let prepared = hasher.prepared_for(&policy);
+        prop_assert_eq!(prepared.hash_for(&policy, &subject), hasher.hash_for(&policy, &subject));
+        // Quota parameters are not part of the subject key, so another policy
+        // with the same id and scope shares the prepared state.
+        let same_names = fixed(&id, &scope, 7, Duration::from_secs(1));
+        prop_assert_eq!(
+            prepared.hash_for(&same_names, &subject),
+            hasher.hash_for(&same_names, &subject)
+        );
+        let other = fixed(&id, &other_scope, 5, window);
+        prop_assert_eq!(prepared.hash_for(&other, &subject), hasher.hash_for(&other, &subject));
+    }
+}
+
+#[test]
+fn prepared_hashers_handle_subjects_too_long_for_the_aligned_state() {
+    let hasher = KeyHasher::new(SECRET).expect("valid secret");
+    // The framing is 58 bytes, 6 short of a block, so the prepared state holds
+    // six zero bytes of the length prefix: valid for subjects below 64 KiB.
+    let policy = fixed("bench", "client", 5, Duration::from_secs(60));
+    let prepared = hasher.prepared_for(&policy);
+    for length in [0, 1, 65_535, 65_536, 70_000] {
+        let subject = vec![0xA5; length];
+        assert_eq!(
+            prepared.hash_for(&policy, &subject),
+            hasher.hash_for(&policy, &subject),
+            "{length}-byte subject"
+        );
+    }
+    // The golden vector, through a prepared hasher.
+    let identity = fixed("auth.login", "identity", 8, Duration::from_secs(60));
+    assert_eq!(
+        hex(hasher
+            .prepared_for(&identity)
+            .hash_for(&identity, b"user@example.test")
+            .as_bytes()),
+        "8525baa21308c5f257804142f0cd7b80242b78963a63d2e143bfb88b93fd265c"
+    );
+}
+
+#[test]
+fn prepared_hashers_show_only_their_policy_names() {
+    let hasher = KeyHasher::new(b"super-secret-value-that-is-long-enough!!").expect("valid");
+    let policy = fixed("auth.login", "identity", 8, Duration::from_secs(60));
+    let prepared = hasher.prepared_for(&policy);
+    assert_eq!(
+        format!("{prepared:?}"),
+        format!(
+            "PreparedKeyHasher {{ id: {:?}, scope: {:?}, .. }}",
+            policy.id(),
+            policy.scope()
+        )
+    );
 }

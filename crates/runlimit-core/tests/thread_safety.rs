@@ -2,7 +2,7 @@
 
 use runlimit_core::{
     BatchDecision, Check, CounterKey, Decision, Denial, FixedWindowPolicy, GcraPolicy, KeyHasher,
-    PolicyFingerprint, PolicyId, ScopeId, SubjectKey,
+    PolicyFingerprint, PolicyId, PreparedKeyHasher, ScopeId, SubjectKey,
 };
 
 fn assert_send_sync<T: Send + Sync>() {}
@@ -15,6 +15,7 @@ fn core_types_are_send_and_sync() {
     assert_send_sync::<GcraPolicy>();
     assert_send_sync::<PolicyFingerprint>();
     assert_send_sync::<KeyHasher>();
+    assert_send_sync::<PreparedKeyHasher>();
     assert_send_sync::<SubjectKey>();
     assert_send_sync::<CounterKey>();
     assert_send_sync::<Check<'static, FixedWindowPolicy>>();

@@ -6,11 +6,12 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::ConnectInfo;
 use http::request::Parts;
 use runlimit_axum::MissingMetadata;
-use runlimit_core::{FixedWindowPolicy, KeyHasher, SubjectKey};
+use runlimit_core::{FixedWindowPolicy, PreparedKeyHasher, SubjectKey};
 
-/// Keys on the peer's address and port without formatting them as text.
+/// Keys on the peer's address and port without formatting them as text, with a
+/// hasher prepared for the layer's one policy.
 pub(crate) fn peer_key(
-    hasher: KeyHasher,
+    hasher: PreparedKeyHasher,
 ) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
 {
     move |parts, policy| {
