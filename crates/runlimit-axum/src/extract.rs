@@ -44,7 +44,9 @@ impl std::error::Error for MissingMetadata {}
 /// identities itself: establishing trust and normalizing subjects is the
 /// application's job, typically by reading an extension an earlier,
 /// trusted-proxy-aware layer inserted, then hashing the normalized subject with
-/// a [`KeyHasher`](runlimit_core::KeyHasher).
+/// a [`KeyHasher`](runlimit_core::KeyHasher). An extractor for one fixed policy
+/// can hold [`KeyHasher::prepared_for`](runlimit_core::KeyHasher::prepared_for)
+/// that policy instead: the same keys, derived faster.
 ///
 /// Closures `Fn(&Parts, &P) -> Result<SubjectKey, MissingMetadata>` implement it.
 pub trait KeyExtractor<P>: Send + Sync + 'static {
