@@ -101,6 +101,9 @@ cargo test --workspace --all-features --locked
 if [[ $quick -eq 0 ]]; then
     step "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features --locked"
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
+    # Default features too: links to feature-gated items must not break there.
+    step "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --locked"
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 else
     echo
     echo "==> (--quick) skipping cargo doc"

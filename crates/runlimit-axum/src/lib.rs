@@ -16,9 +16,17 @@
 //!   application explicitly fails open with an observing hook.
 //!
 //! Allowed and shadow-denied decisions reach handlers as a
-//! [`RateLimitContext`] request extension that nested layers append to. With
-//! the `tonic` feature, [`grpc::GrpcRejection`] answers gRPC clients with
-//! `RESOURCE_EXHAUSTED` and retry metadata.
+//! [`RateLimitContext`] request extension that nested layers append to.
+// The gRPC mapper exists only with its feature; without it, name it unlinked.
+#![cfg_attr(
+    feature = "tonic",
+    doc = "With the `tonic` feature, [`grpc::GrpcRejection`] answers gRPC clients"
+)]
+#![cfg_attr(
+    not(feature = "tonic"),
+    doc = "With the `tonic` feature, `grpc::GrpcRejection` answers gRPC clients"
+)]
+//! with `RESOURCE_EXHAUSTED` and retry metadata.
 //!
 //! # Trusted proxies
 //!
