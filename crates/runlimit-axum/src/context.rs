@@ -86,10 +86,6 @@ impl RateLimitContext {
             .any(|policy| policy.decision.is_shadow_denied())
     }
 
-    pub(crate) fn new(policies: SmallVec<[AppliedPolicy; 2]>) -> Self {
-        Self { policies }
-    }
-
     pub(crate) fn extend(&mut self, applied: impl IntoIterator<Item = AppliedPolicy>) {
         self.policies.extend(applied);
     }

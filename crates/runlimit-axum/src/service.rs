@@ -250,12 +250,11 @@ where
     } else {
         SmallVec::new()
     };
-    match parts.extensions.get_mut::<RateLimitContext>() {
-        Some(context) => context.extend(applied),
-        None => {
-            parts.extensions.insert(RateLimitContext::new(applied));
-        }
-    }
+    // Outer layers' context stays first: nested layers append.
+    parts
+        .extensions
+        .get_or_insert_with(RateLimitContext::default)
+        .extend(applied);
     let mut response = inner.call(Request::from_parts(parts, body)).await?;
     prepend(response.headers_mut(), fields);
     Ok(response)
