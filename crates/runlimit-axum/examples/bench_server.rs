@@ -1,6 +1,7 @@
-//! Serves the same hello-world handler three ways for `scripts/bench-http.sh`
-//! to load with wrk: bare, behind `RateLimitLayer` on the memory backend, and,
-//! for comparison in the same run, behind tower_governor's `GovernorLayer`.
+//! Serves the same hello-world handler for `scripts/bench-http.sh` to load
+//! with wrk: bare, behind `RateLimitLayer` on the memory backend, and, for
+//! comparison in the same run, behind tower_governor's `GovernorLayer` without
+//! and with its headers.
 //!
 //! Prints `bare=ADDR limited=ADDR governor=ADDR governor_headers=ADDR` and
 //! serves until killed.
