@@ -123,7 +123,7 @@ impl KeyHasher {
     pub fn hash_for<P: Policy + ?Sized>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
         let mut mac = self.mac.clone();
         absorb_framing(&mut mac, policy);
-        finish(mac, &subject_length(subject), subject)
+        finish(mac, &length_prefix(subject), subject)
     }
 
     /// Prepares derivation under one policy's id and scope, for an extractor that
@@ -159,11 +159,10 @@ impl KeyHasher {
     #[must_use]
     pub fn prepared_for<P: Policy + ?Sized>(&self, policy: &P) -> PreparedKeyHasher {
         let mut framed = self.mac.clone();
-        absorb_framing(&mut framed, policy);
+        let framing_len = absorb_framing(&mut framed, policy);
         // The subject's length prefix starts with zero bytes for any subject of
         // realistic size. When the framing ends a few bytes short of a SHA-256
         // block, absorbing those zeros now completes the block ahead of time.
-        let framing_len = framing_len(policy);
         let short_of_block = (BLOCK_LEN - framing_len % BLOCK_LEN) % BLOCK_LEN;
         let block_aligned = (1..LENGTH_PREFIX_LEN).contains(&short_of_block).then(|| {
             let mut aligned = framed.clone();
@@ -183,27 +182,24 @@ impl KeyHasher {
 const BLOCK_LEN: usize = 64;
 const LENGTH_PREFIX_LEN: usize = 8;
 
-fn subject_length(subject: &[u8]) -> [u8; LENGTH_PREFIX_LEN] {
-    (subject.len() as u64).to_be_bytes()
+/// `lp(x)`'s length prefix: the byte length of `x`, 8 bytes big-endian.
+fn length_prefix(bytes: &[u8]) -> [u8; LENGTH_PREFIX_LEN] {
+    (bytes.len() as u64).to_be_bytes()
 }
 
-/// The bytes of `lp(domain) ‖ lp(policy id) ‖ lp(scope id)`.
-fn framing_len<P: Policy + ?Sized>(policy: &P) -> usize {
-    3 * LENGTH_PREFIX_LEN
-        + SUBJECT_KEY_DOMAIN.len()
-        + policy.id().as_str().len()
-        + policy.scope().as_str().len()
-}
-
-fn absorb_framing<P: Policy + ?Sized>(mac: &mut Hmac<Sha256>, policy: &P) {
+/// Absorbs `lp(domain) ‖ lp(policy id) ‖ lp(scope id)` and returns its length.
+fn absorb_framing<P: Policy + ?Sized>(mac: &mut Hmac<Sha256>, policy: &P) -> usize {
+    let mut absorbed = 0;
     for field in [
         SUBJECT_KEY_DOMAIN,
         policy.id().as_str().as_bytes(),
         policy.scope().as_str().as_bytes(),
     ] {
-        mac.update(&(field.len() as u64).to_be_bytes());
+        mac.update(&length_prefix(field));
         mac.update(field);
+        absorbed += LENGTH_PREFIX_LEN + field.len();
     }
+    absorbed
 }
 
 /// Absorbs what remains of the subject's length prefix and the subject itself.
@@ -241,7 +237,7 @@ impl PreparedKeyHasher {
         if policy.id() != &self.id || policy.scope() != &self.scope {
             return self.hasher.hash_for(policy, subject);
         }
-        let length = subject_length(subject);
+        let length = length_prefix(subject);
         match &self.block_aligned {
             Some((aligned, zeros)) if length[..*zeros].iter().all(|&byte| byte == 0) => {
                 finish(aligned.clone(), &length[*zeros..], subject)
