@@ -2,41 +2,21 @@
 //! (DashMap) limiter in the same run.
 //!
 //! Run with `cargo bench -p runlimit-memory --bench memory`. See BENCHMARKS.md
-//! for recorded figures and the targets they are held to.
+//! for recorded figures and the targets they are held to; two-thread scaling
+//! has a benchmark of its own, `scaling`.
 #![allow(missing_docs)]
 
-use std::{
-    hint::black_box,
-    num::NonZeroU32,
-    sync::{Arc, Barrier},
-    thread,
-    time::{Duration, Instant},
-};
+mod support;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::{hint::black_box, num::NonZeroU32, time::Duration};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId, SubjectKey,
-};
+use runlimit_core::{Check, SubjectKey};
 use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
+use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
 
-const RANDOM_KEYS: usize = 100_000;
 const SEQUENCE: usize = 1 << 20;
-
-fn subject(n: u64) -> SubjectKey {
-    // Spread like HMAC output: every byte depends on n.
-    let mut digest = [0u8; 32];
-    let mut state = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    for chunk in digest.chunks_mut(8) {
-        state ^= state >> 30;
-        state = state.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        state ^= state >> 27;
-        state = state.wrapping_mul(0x94D0_49BB_1331_11EB);
-        state ^= state >> 31;
-        chunk.copy_from_slice(&state.to_le_bytes());
-    }
-    SubjectKey::from_digest(digest)
-}
 
 /// A fixed pseudo-random sequence of key indices, the same for every contender.
 fn random_indices() -> Vec<usize> {
@@ -49,34 +29,6 @@ fn random_indices() -> Vec<usize> {
             usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
         })
         .collect()
-}
-
-fn fixed_policy(scope: &str) -> FixedWindowPolicy {
-    FixedWindowPolicy::new(
-        PolicyId::new("bench").expect("valid"),
-        ScopeId::new(scope).expect("valid"),
-        MAX_LIMIT,
-        Duration::from_secs(366 * 24 * 3_600),
-    )
-    .expect("valid")
-}
-
-/// Ten per second with a burst no benchmark exhausts: every check is allowed and
-/// no entry replenishes (expires) while the benchmark runs.
-fn gcra_policy() -> GcraPolicy {
-    GcraPolicy::new(
-        PolicyId::new("bench").expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        10,
-        Duration::from_secs(1),
-        1_000_000,
-    )
-    .expect("valid")
-}
-
-fn governor_quota() -> Quota {
-    Quota::per_second(NonZeroU32::new(10).expect("non-zero"))
-        .allow_burst(NonZeroU32::new(1_000_000).expect("non-zero"))
 }
 
 fn hot_key(c: &mut Criterion) {
@@ -196,87 +148,6 @@ fn batch(c: &mut Criterion) {
     group.finish();
 }
 
-/// Wall time for `threads` pinned threads, each running `per_thread` calls of
-/// `work` with its own pseudo-random key indices.
-fn run_threads<W>(work: &Arc<W>, threads: usize, per_thread: u64) -> Duration
-where
-    W: Fn(usize) + Send + Sync + 'static,
-{
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|thread| {
-            let (work, barrier) = (Arc::clone(work), Arc::clone(&barrier));
-            thread::spawn(move || {
-                // Pin each thread to its own core so the scheduler cannot stack
-                // both on one core for a whole sample.
-                if let Some(core) = core_affinity::get_core_ids()
-                    .and_then(|cores| cores.get(thread % cores.len().max(1)).copied())
-                {
-                    core_affinity::set_for_current(core);
-                }
-                let mut state = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(thread as u64 + 1);
-                barrier.wait();
-                for _ in 0..per_thread {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    work(usize::try_from(state % RANDOM_KEYS as u64).expect("fits"));
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let started = Instant::now();
-    for handle in handles {
-        handle.join().expect("thread");
-    }
-    started.elapsed()
-}
-
-fn scaling(c: &mut Criterion) {
-    let mut group = c.benchmark_group("threads_100k_keys_64_shards");
-    let config = MemoryStoreConfig::new(2 * RANDOM_KEYS)
-        .and_then(|config| config.with_shard_count(64))
-        .expect("valid");
-    let store = Arc::new(GcraStore::new(config));
-    let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
-    let policy = Arc::new(gcra_policy());
-    for key in keys.iter() {
-        store.check(&Check::new(&*policy, *key)).expect("ok");
-    }
-    let runlimit = Arc::new(move |index: usize| {
-        black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
-    });
-    let governor = Arc::new(RateLimiter::keyed(governor_quota()));
-    let digests: Vec<[u8; 32]> = (0..RANDOM_KEYS as u64)
-        .map(|n| *subject(n).as_bytes())
-        .collect();
-    for digest in &digests {
-        let _ = governor.check_key(digest);
-    }
-    let governor = Arc::new(move |index: usize| {
-        black_box(governor.check_key(&digests[index]).is_ok());
-    });
-    for threads in [1usize, 2] {
-        group.throughput(Throughput::Elements(threads as u64));
-        group.bench_with_input(
-            BenchmarkId::new("runlimit_gcra", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iterations| run_threads(&runlimit, threads, iterations));
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("governor_keyed_digest", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iterations| run_threads(&governor, threads, iterations));
-            },
-        );
-    }
-    group.finish();
-}
-
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -287,6 +158,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = hot_key, random_keys, batch, scaling
+    targets = hot_key, random_keys, batch
 }
 criterion_main!(benches);

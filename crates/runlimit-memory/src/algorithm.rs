@@ -27,9 +27,18 @@ pub(crate) mod sealed {
         Denied(Denial),
     }
 
+    /// A per-key state as the two words an entry stores. The second word stays
+    /// below 2<sup>63</sup>: the entry keeps its lock bit there.
+    pub trait Packed: Copy {
+        /// The state as two words, the second below 2<sup>63</sup>.
+        fn pack(self) -> [u64; 2];
+        /// The state `pack` returned these words for.
+        fn unpack(words: [u64; 2]) -> Self;
+    }
+
     pub trait Engine: Send + Sync + 'static {
         /// Per-key state; constant size.
-        type State: Copy + Send + Sync + std::fmt::Debug + 'static;
+        type State: Packed + Send + Sync + std::fmt::Debug + 'static;
         type Policy: runlimit_core::Policy;
 
         /// Decides `cost` units at `now` for a key whose stored state is `state`
@@ -48,7 +57,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Engine, Evaluation};
+use sealed::{Engine, Evaluation, Packed};
 
 /// The algorithm a [`Store`](crate::Store) runs; implemented by [`FixedWindow`]
 /// and [`Gcra`].
@@ -84,6 +93,19 @@ fn denial_for(capacity: u64, retry_after: Duration) -> Denial {
 pub struct WindowState {
     expires_at: u64,
     used: u64,
+}
+
+impl Packed for WindowState {
+    #[inline]
+    fn pack(self) -> [u64; 2] {
+        // `used` never exceeds the policy's limit, at most MAX_LIMIT < 2^63.
+        [self.expires_at, self.used]
+    }
+
+    #[inline]
+    fn unpack([expires_at, used]: [u64; 2]) -> Self {
+        Self { expires_at, used }
+    }
 }
 
 impl Engine for FixedWindow {
@@ -133,6 +155,21 @@ impl Engine for FixedWindow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
     tat: ExactNanos,
+}
+
+impl Packed for GcraState {
+    #[inline]
+    fn pack(self) -> [u64; 2] {
+        // The remainder is below the quota, at most MAX_LIMIT < 2^63.
+        [self.tat.whole, self.tat.remainder]
+    }
+
+    #[inline]
+    fn unpack([whole, remainder]: [u64; 2]) -> Self {
+        Self {
+            tat: ExactNanos { whole, remainder },
+        }
+    }
 }
 
 impl Engine for Gcra {
@@ -245,6 +282,25 @@ mod tests {
         assert_eq!(decision.reset_after(), Some(MAX_WINDOW));
         let denied = run(&policy, &mut state, 1, u64::MAX / 4);
         assert!(denied.is_denied());
+    }
+
+    #[test]
+    fn packed_states_round_trip_and_leave_the_lock_bit_clear() {
+        use runlimit_core::MAX_LIMIT;
+        let gcra = GcraState {
+            tat: ExactNanos {
+                whole: u64::MAX,
+                remainder: MAX_LIMIT - 1,
+            },
+        };
+        assert_eq!(GcraState::unpack(gcra.pack()), gcra);
+        assert_eq!(gcra.pack()[1] >> 63, 0);
+        let window = WindowState {
+            expires_at: u64::MAX,
+            used: MAX_LIMIT,
+        };
+        assert_eq!(WindowState::unpack(window.pack()), window);
+        assert_eq!(window.pack()[1] >> 63, 0);
     }
 
     #[test]

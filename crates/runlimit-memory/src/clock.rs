@@ -30,13 +30,19 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The default clock: the CPU's time-stamp counter, calibrated against the
-/// operating system's monotonic clock.
+/// operating system's monotonic clock, in whole milliseconds.
 ///
 /// Reading the OS clock costs more than the rest of a hot-key check, so this
 /// clock uses [`quanta`], which reads an invariant TSC where the CPU has one
 /// and falls back to the OS monotonic clock where it does not. Counters that
 /// differ slightly between cores are harmless: each shard never lets time move
 /// backwards.
+///
+/// It ticks in whole milliseconds, the unit every policy's durations are
+/// stated in. A shard records the latest time it has seen, to keep time from
+/// moving backwards; with a millisecond tick that record changes once per
+/// millisecond instead of on every check, so checks on stored keys running on
+/// different cores do not write one shared cache line.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
@@ -60,8 +66,11 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Duration {
-        self.clock.now().duration_since(self.origin)
+        let elapsed = self.clock.now().duration_since(self.origin);
+        let nanos = elapsed.subsec_nanos();
+        Duration::new(elapsed.as_secs(), nanos - nanos % 1_000_000)
     }
 }
 
@@ -115,5 +124,18 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Clock, SystemClock};
+
+    #[test]
+    fn the_system_clock_ticks_in_whole_milliseconds() {
+        let clock = SystemClock::new();
+        for _ in 0..1_000 {
+            assert_eq!(clock.now().subsec_nanos() % 1_000_000, 0);
+        }
     }
 }

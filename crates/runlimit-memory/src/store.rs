@@ -3,7 +3,7 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -16,20 +16,17 @@ use runlimit_core::{
 };
 
 use crate::{
-    algorithm::{Algorithm, sealed::Evaluation},
+    algorithm::{
+        Algorithm,
+        sealed::{Evaluation, Packed},
+    },
     clock::{Clock, SystemClock},
     config::MemoryStoreConfig,
     error::MemoryStoreError,
+    shard::{ExclusiveTable, Shard, SharedTable},
     stats::{MemoryStoreStats, ShardStats},
-    table::{SlotId, StoreKey, Table},
+    table::{HeldEntry, SlotId, StoreKey, Table},
 };
-
-/// A shard's lock, padded to its own cache lines so that threads working on
-/// neighbouring shards do not contend on one line.
-#[repr(align(128))]
-struct Shard<S> {
-    table: Mutex<Table<S>>,
-}
 
 /// A sharded, hard-bounded, process-local rate-limit store.
 ///
@@ -70,9 +67,7 @@ impl<A: Algorithm> Store<A> {
     #[must_use]
     pub fn new(config: MemoryStoreConfig) -> Self {
         let shards = (0..config.shard_count())
-            .map(|index| Shard {
-                table: Mutex::new(Table::new(config.shard_capacity(index))),
-            })
+            .map(|index| Shard::new(config.shard_capacity(index)))
             .collect();
         Self {
             shards,
@@ -120,9 +115,10 @@ impl<A: Algorithm> Store<A> {
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
         let mut effects = Effects::default();
-        let result = self
-            .lock(shard_index)
-            .map(|mut table| self.check_locked(&mut table, shard_index, &key, check, &mut effects));
+        let result = match self.check_stored(shard_index, &key, check) {
+            Some(result) => result,
+            None => self.check_exclusive(shard_index, &key, check, &mut effects),
+        };
         let outcome = match &result {
             Ok(decision) => AdmissionOutcome::of_decision(decision),
             Err(_) => AdmissionOutcome::of_failure(false),
@@ -132,41 +128,83 @@ impl<A: Algorithm> Store<A> {
         result
     }
 
-    fn check_locked(
+    /// Checks a stored key holding its shard only for reading, so the check
+    /// writes nothing but the key's entry. `None` when the key is not stored.
+    #[inline]
+    fn check_stored(
         &self,
-        table: &mut Table<A::State>,
+        shard_index: usize,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+    ) -> Option<Result<Decision, MemoryStoreError>> {
+        let shard = &self.shards[shard_index];
+        let table = match shard.read(shard_index) {
+            Ok(table) => table,
+            Err(error) => return Some(Err(error)),
+        };
+        let entry = table.entry(key)?;
+        // Read the clock before waiting for the entry, so the likely cache miss
+        // on a cold entry overlaps the clock read.
+        let clock_now = self.now_nanos();
+        let held = entry.lock();
+        let now = shard.advance(clock_now);
+        let policy = check.policy();
+        Some(Ok(
+            match A::evaluate(policy, Some(held.state()), check.cost(), now) {
+                // Dropping `held` releases the entry unchanged.
+                Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
+                Evaluation::Allowed { decision, next } => {
+                    held.commit(next);
+                    decision
+                }
+            },
+        ))
+    }
+
+    /// Checks a key holding its shard exclusively, so a new key can be stored.
+    fn check_exclusive(
+        &self,
         shard_index: usize,
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
         effects: &mut Effects,
-    ) -> Decision {
-        // Look the key up before reading the clock, so the likely cache miss on a
-        // cold key overlaps the clock read.
+    ) -> Result<Decision, MemoryStoreError> {
+        let shard = &self.shards[shard_index];
+        let mut table = shard.write(shard_index)?;
+        // Another check may have stored the key since it was looked up.
         let found = table.find(key);
-        let now = table.advance(self.now_nanos());
+        let now = shard.advance(self.now_nanos());
         let policy = check.policy();
-        match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
-            Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
-            Evaluation::Allowed { decision, next } => match found {
-                Some((slot, _)) => {
-                    table.set_state(slot, next);
-                    decision
-                }
-                None => {
-                    self.clean(table, self.config.cleanup_per_check(), now, &[], effects);
-                    let decision = if table.headroom() == 0 {
-                        Decision::denied(capacity_denial(table, now))
-                    } else {
-                        table.insert(*key, next, A::deadline);
+        Ok(
+            match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
+                Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
+                Evaluation::Allowed { decision, next } => match found {
+                    Some((slot, _)) => {
+                        table.set_state(slot, next);
                         decision
-                    };
-                    if self.observer.is_some() {
-                        effects.capacity.push(capacity_of(table, shard_index));
                     }
-                    decision
-                }
+                    None => {
+                        self.clean(
+                            &mut table,
+                            self.config.cleanup_per_check(),
+                            now,
+                            &[],
+                            effects,
+                        );
+                        let decision = if table.headroom() == 0 {
+                            Decision::denied(capacity_denial(&table, now))
+                        } else {
+                            table.insert(*key, next, A::deadline);
+                            decision
+                        };
+                        if self.observer.is_some() {
+                            effects.capacity.push(capacity_of(&table, shard_index));
+                        }
+                        decision
+                    }
+                },
             },
-        }
+        )
     }
 
     /// Evaluates an atomic batch: every check is consumed, or none is.
@@ -238,29 +276,26 @@ impl<A: Algorithm> Store<A> {
             }
         }
 
+        if let Some(result) = self.check_all_stored(checks, &mut items, &shard_indices, effects) {
+            return result;
+        }
+
         // Ascending lock order keeps concurrent batches deadlock-free.
-        let mut guards: SmallVec<[MutexGuard<'_, Table<A::State>>; INLINE_BATCH]> =
+        let mut guards: SmallVec<[ExclusiveTable<'_, A::State>; INLINE_BATCH]> =
             SmallVec::with_capacity(shard_indices.len());
         for &shard_index in &shard_indices {
-            guards.push(self.lock(shard_index)?);
+            guards.push(self.shards[shard_index].write(shard_index)?);
         }
-        let single_shard = shard_indices.len() == 1;
-        let position_of = |shard: usize| {
-            if single_shard {
-                0
-            } else {
-                shard_indices.binary_search(&shard).unwrap_or(0)
-            }
-        };
+        let position_of = |shard: usize| position_in(&shard_indices, shard);
 
         // One time for the whole batch, never earlier than any involved shard's.
         let clock_now = self.now_nanos();
-        let now = guards
+        let now = shard_indices
             .iter()
-            .map(|table| table.last_now())
+            .map(|&shard_index| self.shards[shard_index].last_now())
             .fold(clock_now, u64::max);
-        for table in &mut guards {
-            table.advance(now);
+        for &shard_index in &shard_indices {
+            self.shards[shard_index].advance(now);
         }
 
         // Preflight: decide every check against current state, changing nothing.
@@ -344,6 +379,79 @@ impl<A: Algorithm> Store<A> {
         Ok(batch)
     }
 
+    /// Evaluates a batch whose keys are all stored, holding each shard only for
+    /// reading and locking the batch's entries. `None` when a key is not stored:
+    /// storing it needs its shard exclusively.
+    fn check_all_stored(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        items: &mut [Item<A::State>],
+        shard_indices: &[usize],
+        effects: &mut Effects,
+    ) -> Option<Result<BatchDecision, MemoryStoreError>> {
+        // Ascending, like exclusive holders, so the two never wait on each other
+        // in a cycle.
+        let mut tables: SmallVec<[SharedTable<'_, A::State>; INLINE_BATCH]> =
+            SmallVec::with_capacity(shard_indices.len());
+        for &shard_index in shard_indices {
+            match self.shards[shard_index].read(shard_index) {
+                Ok(table) => tables.push(table),
+                Err(error) => return Some(Err(error)),
+            }
+        }
+        // Entries are taken with try-locks, in input order: a batch never waits
+        // for an entry while holding another, so batches sharing keys cannot
+        // deadlock. On contention (or a key not yet stored) it lets go of
+        // everything and takes the exclusive path, which waits for holders to
+        // finish instead. The same holds for two counters whose 128-bit
+        // identities collide: the second try-lock fails.
+        let mut held: SmallVec<[HeldEntry<'_>; INLINE_BATCH]> = SmallVec::new();
+        for item in items.iter() {
+            let table = &tables[position_in(shard_indices, item.shard)];
+            held.push(table.entry(&item.key)?.try_lock()?);
+        }
+        let clock_now = self.now_nanos();
+
+        // One time for the whole batch, never earlier than any involved shard's.
+        let now = shard_indices
+            .iter()
+            .map(|&shard_index| self.shards[shard_index].last_now())
+            .fold(clock_now, u64::max);
+        for &shard_index in shard_indices {
+            self.shards[shard_index].advance(now);
+        }
+
+        let mut decisions = Vec::with_capacity(checks.len());
+        for ((check, entry), item) in checks.iter().zip(&held).zip(items.iter_mut()) {
+            let policy = check.policy();
+            match A::evaluate(policy, Some(entry.state()), check.cost(), now) {
+                Evaluation::Allowed { decision, next } => {
+                    decisions.push(decision);
+                    item.next = Some(next);
+                }
+                Evaluation::Denied(denial) => {
+                    decisions.push(Decision::for_mode(policy.quota_mode(), denial));
+                }
+            }
+        }
+        let batch = BatchDecision::from_decisions(decisions);
+        if batch.is_allowed() {
+            // Every check of an allowed batch has a next state.
+            for (entry, item) in held.drain(..).zip(items.iter()) {
+                if let Some(next) = item.next {
+                    entry.commit(next);
+                }
+            }
+        }
+        // Otherwise dropping `held` releases every entry unchanged.
+        if self.observer.is_some() {
+            for (table, &shard_index) in tables.iter().zip(shard_indices) {
+                effects.capacity.push(capacity_of(table, shard_index));
+            }
+        }
+        Some(Ok(batch))
+    }
+
     /// Statistics for every shard: entries (including expired entries not yet
     /// removed), capacity, headroom and poisoning.
     #[must_use]
@@ -353,15 +461,12 @@ impl<A: Algorithm> Store<A> {
             .iter()
             .enumerate()
             .map(|(index, shard)| {
-                let (table, poisoned) = match shard.table.lock() {
-                    Ok(table) => (table, false),
-                    Err(poison) => (poison.into_inner(), true),
-                };
+                let table = shard.read_even_if_poisoned();
                 ShardStats {
                     index,
                     entries: table.len(),
                     capacity: table.capacity(),
-                    poisoned,
+                    poisoned: shard.is_poisoned(),
                 }
             })
             .collect();
@@ -381,8 +486,8 @@ impl<A: Algorithm> Store<A> {
     /// cleared then. Use [`recover_poisoned`](Self::recover_poisoned) first.
     pub fn clear(&self) -> Result<(), MemoryStoreError> {
         let mut guards = Vec::with_capacity(self.shards.len());
-        for index in 0..self.shards.len() {
-            guards.push(self.lock(index)?);
+        for (index, shard) in self.shards.iter().enumerate() {
+            guards.push(shard.write(index)?);
         }
         for table in &mut guards {
             table.clear();
@@ -396,29 +501,7 @@ impl<A: Algorithm> Store<A> {
     /// This is an explicit availability trade-off: resetting a shard's counters
     /// can admit requests its lost state would have denied.
     pub fn recover_poisoned(&self) -> usize {
-        let mut recovered = 0;
-        for shard in &self.shards {
-            if let Err(poison) = shard.table.lock() {
-                // Clear the poison while still holding the emptied shard, so no
-                // other operation can observe it half-recovered.
-                let mut table = poison.into_inner();
-                table.clear();
-                shard.table.clear_poison();
-                drop(table);
-                recovered += 1;
-            }
-        }
-        recovered
-    }
-
-    fn lock(
-        &self,
-        shard_index: usize,
-    ) -> Result<MutexGuard<'_, Table<A::State>>, MemoryStoreError> {
-        self.shards[shard_index]
-            .table
-            .lock()
-            .map_err(|_| MemoryStoreError::PoisonedShard { shard_index })
+        self.shards.iter().filter(|shard| shard.recover()).count()
     }
 
     #[inline]
@@ -467,7 +550,16 @@ impl<A: Algorithm> Store<A> {
     }
 }
 
-fn capacity_denial<S: Copy>(table: &Table<S>, now: u64) -> Denial {
+/// Where `shard` is in a batch's ascending list of the shards it touches.
+fn position_in(shard_indices: &[usize], shard: usize) -> usize {
+    if shard_indices.len() == 1 {
+        0
+    } else {
+        shard_indices.binary_search(&shard).unwrap_or(0)
+    }
+}
+
+fn capacity_denial<S: Packed>(table: &Table<S>, now: u64) -> Denial {
     Denial::StorageCapacity {
         retry_after: table
             .next_expiry_after(now)
@@ -475,7 +567,7 @@ fn capacity_denial<S: Copy>(table: &Table<S>, now: u64) -> Denial {
     }
 }
 
-fn capacity_of<S: Copy>(table: &Table<S>, shard_index: usize) -> CapacityObservation {
+fn capacity_of<S: Packed>(table: &Table<S>, shard_index: usize) -> CapacityObservation {
     CapacityObservation::new(
         table.len() as u64,
         table.capacity() as u64,

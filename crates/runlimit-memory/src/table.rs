@@ -5,6 +5,12 @@
 //! table's load factor, plus a 16-byte heap entry. A lookup touches the table's
 //! control bytes and then the entry itself: no second hop through an index.
 //!
+//! An entry's state is two atomic words, and the second carries a lock bit. A
+//! check on a stored key holds its shard only for reading and takes the entry's
+//! lock bit, so it writes nothing but the entry's own cache line; everything
+//! that changes the table itself (inserts, removals, batches) holds the shard
+//! exclusively, and then no entry lock is held.
+//!
 //! The heap records, for every stored key, a lower bound of its deadline and the
 //! table bucket that holds the key: deadlines only move later while a key is
 //! stored, so admissions never touch the heap. Cleanup pops the earliest bound;
@@ -13,10 +19,17 @@
 //! away its tombstones); the table then rebuilds the heap from the entries,
 //! which costs no more than the rehash itself.
 
-use std::{cmp::Reverse, collections::BinaryHeap};
+use std::{
+    cmp::Reverse,
+    collections::BinaryHeap,
+    marker::PhantomData,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use hashbrown::HashTable;
 use runlimit_core::CounterKey;
+
+use crate::algorithm::sealed::Packed;
 
 /// The 16-byte storage identity of a counter: the 32-byte subject key XOR the
 /// policy fingerprint, folded to 128 bits.
@@ -81,29 +94,139 @@ impl StoreKey {
 /// A stored key and its state: 32 bytes for both algorithms, aligned so that an
 /// entry never straddles two cache lines. Random-key checks are bound by cache
 /// misses, and this is the line a lookup must load.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 #[repr(align(32))]
-struct Entry<S> {
+pub(crate) struct Entry {
     key: StoreKey,
-    state: S,
+    /// The packed state; bit 63 of the second word is the entry's lock.
+    state: [AtomicU64; 2],
+}
+
+/// The lock bit in an entry's second state word.
+const LOCKED: u64 = 1 << 63;
+
+/// Spins on a held entry lock before yielding the thread: a holder keeps it
+/// for one evaluation, unless it was preempted.
+const SPINS_BEFORE_YIELD: u32 = 64;
+
+impl Entry {
+    fn new(key: StoreKey, state: impl Packed) -> Self {
+        let [first, second] = state.pack();
+        Self {
+            key,
+            state: [AtomicU64::new(first), AtomicU64::new(second & !LOCKED)],
+        }
+    }
+
+    /// The state, read by a holder of the shard's exclusive lock (no entry lock
+    /// is held then) or of this entry's lock.
+    fn state<S: Packed>(&self) -> S {
+        S::unpack([
+            self.state[0].load(Ordering::Relaxed),
+            self.state[1].load(Ordering::Relaxed) & !LOCKED,
+        ])
+    }
+
+    /// Takes this entry's lock, waiting while another check holds it.
+    #[inline]
+    pub(crate) fn lock(&self) -> HeldEntry<'_> {
+        let word = &self.state[1];
+        let mut spins = 0;
+        loop {
+            let second = word.load(Ordering::Relaxed) & !LOCKED;
+            // Acquire: see the first word as the previous holder stored it.
+            if word
+                .compare_exchange_weak(
+                    second,
+                    second | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return HeldEntry {
+                    entry: self,
+                    second,
+                };
+            }
+            spins += 1;
+            if spins < SPINS_BEFORE_YIELD {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// Takes this entry's lock if no other check holds it.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<HeldEntry<'_>> {
+        let word = &self.state[1];
+        let second = word.load(Ordering::Relaxed) & !LOCKED;
+        // Acquire: see the first word as the previous holder stored it.
+        word.compare_exchange(
+            second,
+            second | LOCKED,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .ok()?;
+        Some(HeldEntry {
+            entry: self,
+            second,
+        })
+    }
+}
+
+/// A held entry lock. Dropping it releases the entry with the state it had,
+/// unless [`commit`](Self::commit) replaced it, so a panic while it is held
+/// (an injected clock, say) leaves the entry unchanged and unlocked.
+#[derive(Debug)]
+pub(crate) struct HeldEntry<'a> {
+    entry: &'a Entry,
+    /// The second state word to store when the lock is released.
+    second: u64,
+}
+
+impl HeldEntry<'_> {
+    /// The entry's state.
+    #[inline]
+    pub(crate) fn state<S: Packed>(&self) -> S {
+        S::unpack([self.entry.state[0].load(Ordering::Relaxed), self.second])
+    }
+
+    /// Replaces the entry's state and releases the lock.
+    #[inline]
+    pub(crate) fn commit(mut self, state: impl Packed) {
+        let [first, second] = state.pack();
+        debug_assert_eq!(second & LOCKED, 0, "a packed state uses the lock bit");
+        self.entry.state[0].store(first, Ordering::Relaxed);
+        self.second = second & !LOCKED;
+    }
+}
+
+impl Drop for HeldEntry<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the next holder sees the first word stored before this.
+        self.entry.state[1].store(self.second, Ordering::Release);
+    }
 }
 
 /// Where a stored key lives inside its shard: a table bucket, stable until the
 /// table grows.
 pub(crate) type SlotId = u32;
 
-/// `repr(C)` keeps what every check touches (the time it writes and the table
-/// header it reads) in the first cache line, next to the shard mutex's own word,
-/// so a check dirties one line of shard state, not two.
+/// One shard's entries and expiry heap, for states of type `S`.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct Table<S> {
-    /// The latest time this shard has seen; time never moves backwards here.
-    last_now: u64,
-    entries: HashTable<Entry<S>>,
+    entries: HashTable<Entry>,
     capacity: usize,
     /// `(deadline lower bound, bucket)` for every stored key, earliest first.
     expiry: BinaryHeap<Reverse<(u64, SlotId)>>,
+    state: PhantomData<fn() -> S>,
 }
 
 fn slot_id(bucket: usize) -> SlotId {
@@ -112,25 +235,14 @@ fn slot_id(bucket: usize) -> SlotId {
     SlotId::try_from(bucket).unwrap_or(SlotId::MAX)
 }
 
-impl<S: Copy> Table<S> {
+impl<S: Packed> Table<S> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             entries: HashTable::new(),
             expiry: BinaryHeap::new(),
             capacity,
-            last_now: 0,
+            state: PhantomData,
         }
-    }
-
-    /// Moves this shard's time to `now` unless it has already seen a later time.
-    #[inline]
-    pub(crate) fn advance(&mut self, now: u64) -> u64 {
-        self.last_now = self.last_now.max(now);
-        self.last_now
-    }
-
-    pub(crate) fn last_now(&self) -> u64 {
-        self.last_now
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -145,14 +257,23 @@ impl<S: Copy> Table<S> {
         self.capacity.saturating_sub(self.len())
     }
 
-    /// Where `key` is stored, and its state.
+    /// The entry storing `key`, for a check that holds the shard for reading
+    /// and will lock the entry.
+    #[inline]
+    pub(crate) fn entry(&self, key: &StoreKey) -> Option<&Entry> {
+        self.entries
+            .find(key.table_hash(), |entry| entry.key == *key)
+    }
+
+    /// Where `key` is stored, and its state, for a holder of the shard's
+    /// exclusive lock.
     #[inline]
     pub(crate) fn find(&self, key: &StoreKey) -> Option<(SlotId, S)> {
         let bucket = self
             .entries
             .find_bucket_index(key.table_hash(), |entry| entry.key == *key)?;
         let entry = self.entries.get_bucket(bucket)?;
-        Some((slot_id(bucket), entry.state))
+        Some((slot_id(bucket), entry.state()))
     }
 
     /// Replaces the state of the key `find` returned `slot` for. Slots stay
@@ -160,7 +281,9 @@ impl<S: Copy> Table<S> {
     #[inline]
     pub(crate) fn set_state(&mut self, slot: SlotId, state: S) {
         if let Some(entry) = self.entries.get_bucket_mut(slot as usize) {
-            entry.state = state;
+            let [first, second] = state.pack();
+            *entry.state[0].get_mut() = first;
+            *entry.state[1].get_mut() = second & !LOCKED;
         }
     }
 
@@ -172,7 +295,7 @@ impl<S: Copy> Table<S> {
         let was_full = self.entries.len() == self.entries.capacity();
         let bucket = self
             .entries
-            .insert_unique(key.table_hash(), Entry { key, state }, |entry| {
+            .insert_unique(key.table_hash(), Entry::new(key, state), |entry| {
                 entry.key.table_hash()
             })
             .bucket_index();
@@ -202,7 +325,7 @@ impl<S: Copy> Table<S> {
         }
         heap.extend(self.entries.iter_buckets().filter_map(|bucket| {
             let entry = self.entries.get_bucket(bucket)?;
-            Some(Reverse((deadline(&entry.state), slot_id(bucket))))
+            Some(Reverse((deadline(&entry.state()), slot_id(bucket))))
         }));
         self.expiry = BinaryHeap::from(heap);
     }
@@ -231,7 +354,7 @@ impl<S: Copy> Table<S> {
                 // Every heap record names a stored key; nothing to remove otherwise.
                 continue;
             };
-            let actual = deadline(&entry.get().state);
+            let actual = deadline(&entry.get().state());
             if actual > now || protected.contains(&slot) {
                 // Still live: record its real deadline (for a protected expired key,
                 // push it past `now` so it is looked at again by a later operation).
@@ -252,7 +375,7 @@ impl<S: Copy> Table<S> {
             .filter(|&bound| bound > now)
     }
 
-    /// Forgets every entry, keeping the shard's time.
+    /// Forgets every entry.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.expiry.clear();
@@ -265,7 +388,18 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{StoreKey, Table};
+    use super::{Packed, StoreKey, Table};
+
+    /// A test state: the key's deadline itself.
+    impl Packed for u64 {
+        fn pack(self) -> [u64; 2] {
+            [self, 0]
+        }
+
+        fn unpack([deadline, _]: [u64; 2]) -> Self {
+            deadline
+        }
+    }
 
     /// The state is the key's deadline itself.
     fn deadline(state: &u64) -> u64 {
@@ -324,7 +458,7 @@ mod tests {
                             model.insert(id, state + by);
                         }
                     }
-                    Op::Advance(by) => now = table.advance(now + by),
+                    Op::Advance(by) => now += by,
                     Op::Clean(allowance) => {
                         let removed = table.remove_expired(allowance, now, &[], deadline);
                         let gone: Vec<u64> = model

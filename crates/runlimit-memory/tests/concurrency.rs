@@ -1,4 +1,4 @@
-//! Threads racing on one key never admit more than the limit.
+//! Threads racing on shared keys never admit more, or less, than the limit.
 
 use std::{sync::Arc, thread, time::Duration};
 
@@ -75,4 +75,66 @@ fn two_threads_batching_on_shared_keys_stay_atomic() {
     let admitted: usize = handles.into_iter().map(|h| h.join().expect("thread")).sum();
     // The shared key bounds both threads together.
     assert_eq!(admitted, 500);
+}
+
+/// Checks on stored keys hold their shard only for reading and lock the entry;
+/// inserts and batches hold it exclusively. Racing all three over many keys on
+/// a few shards must still admit exactly the limit for every key.
+#[test]
+fn stored_key_checks_inserts_and_batches_racing_admit_exactly_the_limit() {
+    const KEYS: u8 = 48;
+    const LIMIT: u64 = 150;
+    const ROUNDS: usize = 400;
+    // Room for every key on any one shard: no capacity denials.
+    let config = MemoryStoreConfig::new(3 * usize::from(KEYS))
+        .and_then(|c| c.with_shard_count(3))
+        .expect("valid");
+    let store = Arc::new(MemoryStore::new(config).with_clock(ManualClock::new()));
+    let policy = Arc::new(
+        FixedWindowPolicy::new(id(), scope(), LIMIT, Duration::from_secs(60)).expect("valid"),
+    );
+    let start = Arc::new(std::sync::Barrier::new(4));
+    let handles: Vec<_> = (0..4usize)
+        .map(|thread| {
+            let (store, policy, start) =
+                (Arc::clone(&store), Arc::clone(&policy), Arc::clone(&start));
+            thread::spawn(move || {
+                let check = |key: u8| Check::new(&*policy, SubjectKey::from_digest([key; 32]));
+                let mut admitted = [0u64; KEYS as usize];
+                start.wait();
+                for round in 0..ROUNDS {
+                    for step in 0..KEYS {
+                        // Each thread walks the keys in its own order, so new keys
+                        // are inserted while others are checked.
+                        let key = u8::try_from(
+                            (usize::from(step) * (2 * thread + 1) + round) % usize::from(KEYS),
+                        )
+                        .expect("below KEYS");
+                        if thread == 3 {
+                            let other = (key + 1) % KEYS;
+                            let batch = store
+                                .check_all(&[check(key), check(other)])
+                                .expect("no error");
+                            if batch.is_allowed() {
+                                admitted[usize::from(key)] += 1;
+                                admitted[usize::from(other)] += 1;
+                            }
+                        } else if store.check(&check(key)).expect("no error").is_allowed() {
+                            admitted[usize::from(key)] += 1;
+                        }
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut totals = [0u64; KEYS as usize];
+    for handle in handles {
+        for (total, admitted) in totals.iter_mut().zip(handle.join().expect("thread")) {
+            *total += admitted;
+        }
+    }
+    // Every key is attempted far more often than LIMIT times.
+    assert!(totals.iter().all(|&total| total == LIMIT), "{totals:?}");
+    assert_eq!(store.stats().entries, usize::from(KEYS));
 }

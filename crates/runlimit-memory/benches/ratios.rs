@@ -1,0 +1,187 @@
+//! The two targets that are ratios of two measurements of Runlimit itself:
+//!
+//! - two-thread scaling of random-key GCRA checks (100k keys, 64 shards), side
+//!   by side with governor's keyed limiter;
+//! - an atomic batch of two stored keys against two single checks.
+//!
+//! A ratio of two criterion groups compares measurements taken seconds apart,
+//! and on a shared VM the host's load moves more in that time than the figure
+//! being measured. So this benchmark alternates short fixed-work runs of the
+//! two sides and reports the median ratio over the rounds.
+//!
+//! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch` or
+//! `-- scaling` for one half); it prints each round's nanoseconds and ratio,
+//! then the medians.
+#![allow(missing_docs)]
+
+mod support;
+
+use std::{
+    hint::black_box,
+    sync::{Arc, Barrier},
+    thread,
+    time::Instant,
+};
+
+use governor::RateLimiter;
+use runlimit_core::{Check, SubjectKey};
+use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
+use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
+
+const ROUNDS: usize = 9;
+const CHECKS_PER_THREAD: u64 = 2_000_000;
+const BATCHES_PER_ROUND: u32 = 1_000_000;
+
+/// Nanoseconds per check per thread for `threads` pinned threads, each running
+/// `CHECKS_PER_THREAD` calls of `work` with its own pseudo-random key indices.
+fn per_check<W>(work: &Arc<W>, threads: usize) -> f64
+where
+    W: Fn(usize) + Send + Sync + 'static,
+{
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (work, barrier) = (Arc::clone(work), Arc::clone(&barrier));
+            thread::spawn(move || {
+                // Pin each thread to its own core so the scheduler cannot stack
+                // both on one core.
+                if let Some(core) = core_affinity::get_core_ids()
+                    .and_then(|cores| cores.get(thread % cores.len().max(1)).copied())
+                {
+                    core_affinity::set_for_current(core);
+                }
+                let mut state = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(thread as u64 + 1);
+                barrier.wait();
+                for _ in 0..CHECKS_PER_THREAD {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    work(usize::try_from(state % RANDOM_KEYS as u64).expect("fits"));
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    for handle in handles {
+        handle.join().expect("thread");
+    }
+    started.elapsed().as_secs_f64() * 1e9 / CHECKS_PER_THREAD as f64
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Nanoseconds per call of `work`, over `BATCHES_PER_ROUND` calls.
+fn per_call(mut work: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    for _ in 0..BATCHES_PER_ROUND {
+        work();
+    }
+    started.elapsed().as_secs_f64() * 1e9 / f64::from(BATCHES_PER_ROUND)
+}
+
+/// The seed's login batch (a client and an identity key, one shard) against
+/// the same two keys checked one at a time.
+fn batch_of_two() {
+    let client = fixed_policy("client");
+    let identity = fixed_policy("identity");
+    let store = MemoryStore::new(MemoryStoreConfig::new(50_000).expect("valid"));
+    let checks = [
+        Check::new(&client, subject(1)),
+        Check::new(&identity, subject(2)),
+    ];
+    let mut ratios = Vec::new();
+    for round in 1..=ROUNDS {
+        let singles = per_call(|| {
+            black_box(store.check(black_box(&checks[0])).expect("ok"));
+            black_box(store.check(black_box(&checks[1])).expect("ok"));
+        });
+        let batch = per_call(|| {
+            black_box(store.check_all(black_box(&checks)).expect("ok"));
+        });
+        let ratio = batch / singles;
+        ratios.push(ratio);
+        println!(
+            "round {round}, batch_of_two: two single checks {singles:.1} ns, \
+             one atomic batch {batch:.1} ns, ratio {ratio:.2}x"
+        );
+    }
+    println!(
+        "median over {ROUNDS} rounds: batch of two / two single checks {:.2}x",
+        median(&mut ratios)
+    );
+}
+
+fn main() {
+    // `cargo bench --bench ratios -- batch` (or `-- scaling`) runs one half.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    let wanted =
+        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    if wanted("batch_of_two") {
+        batch_of_two();
+    }
+    if wanted("scaling") {
+        scaling();
+    }
+}
+
+fn scaling() {
+    let config = MemoryStoreConfig::new(2 * RANDOM_KEYS)
+        .and_then(|config| config.with_shard_count(64))
+        .expect("valid");
+    let store = GcraStore::new(config);
+    let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
+    let policy = gcra_policy();
+    for key in keys.iter() {
+        store.check(&Check::new(&policy, *key)).expect("ok");
+    }
+    let runlimit = Arc::new(move |index: usize| {
+        black_box(store.check(&Check::new(&policy, keys[index])).expect("ok"));
+    });
+    let governor = RateLimiter::keyed(governor_quota());
+    let digests: Vec<[u8; 32]> = (0..RANDOM_KEYS as u64)
+        .map(|n| *subject(n).as_bytes())
+        .collect();
+    for digest in &digests {
+        let _ = governor.check_key(digest);
+    }
+    let governor = Arc::new(move |index: usize| {
+        black_box(governor.check_key(&digests[index]).is_ok());
+    });
+
+    let (mut runlimit_scaling, mut governor_scaling) = (Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        for (name, ratios, one, two) in [
+            (
+                "runlimit_gcra",
+                &mut runlimit_scaling,
+                per_check(&runlimit, 1),
+                per_check(&runlimit, 2),
+            ),
+            (
+                "governor_keyed_digest",
+                &mut governor_scaling,
+                per_check(&governor, 1),
+                per_check(&governor, 2),
+            ),
+        ] {
+            let ratio = 2.0 * one / two;
+            ratios.push(ratio);
+            println!(
+                "round {round}, {name}: 1 thread {one:.1} ns/check, \
+                 2 threads {two:.1} ns/check per thread, scaling {ratio:.2}x"
+            );
+        }
+    }
+    println!(
+        "median scaling over {ROUNDS} rounds: runlimit_gcra {:.2}x, governor_keyed_digest {:.2}x",
+        median(&mut runlimit_scaling),
+        median(&mut governor_scaling)
+    );
+}
