@@ -434,10 +434,12 @@ struct Recorder {
 
 impl Observer for Recorder {
     fn on_admission(&self, observation: &AdmissionObservation<'_>) {
-        // Calling back into the store proves no shard lock is held here: a held
-        // std mutex would deadlock or panic on re-entry.
+        // Calling back into the store proves no shard lock is held here:
+        // recovery holds every shard exclusively (and changes nothing while no
+        // shard is poisoned), so a shard still held for reading or writing by
+        // this thread would deadlock.
         if let Some(store) = self.store.lock().expect("lock").as_ref() {
-            let _ = store.stats();
+            assert_eq!(store.recover_poisoned(), 0);
             self.reentered.fetch_add(1, Ordering::SeqCst);
         }
         self.admissions.lock().expect("lock").push((
