@@ -2,8 +2,9 @@
 //! (DashMap) limiter in the same run.
 //!
 //! Run with `cargo bench -p runlimit-memory --bench memory`. See BENCHMARKS.md
-//! for recorded figures and the targets they are held to; two-thread scaling
-//! has a benchmark of its own, `scaling`.
+//! for recorded figures and the targets they are held to. The targets that are
+//! ratios of two Runlimit measurements (two-thread scaling, a batch against
+//! single checks) have a benchmark of their own, `ratios`.
 #![allow(missing_docs)]
 
 mod support;
@@ -127,27 +128,6 @@ fn random_keys(c: &mut Criterion) {
     group.finish();
 }
 
-fn batch(c: &mut Criterion) {
-    let mut group = c.benchmark_group("batch_of_two");
-    let client = fixed_policy("client");
-    let identity = fixed_policy("identity");
-    let store = MemoryStore::new(MemoryStoreConfig::new(50_000).expect("valid"));
-    let checks = [
-        Check::new(&client, subject(1)),
-        Check::new(&identity, subject(2)),
-    ];
-    group.bench_function("two_single_checks", |b| {
-        b.iter(|| {
-            black_box(store.check(black_box(&checks[0])).expect("ok"));
-            black_box(store.check(black_box(&checks[1])).expect("ok"))
-        });
-    });
-    group.bench_function("one_atomic_batch", |b| {
-        b.iter(|| black_box(store.check_all(black_box(&checks)).expect("ok")));
-    });
-    group.finish();
-}
-
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -158,6 +138,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = hot_key, random_keys, batch
+    targets = hot_key, random_keys
 }
 criterion_main!(benches);
