@@ -69,7 +69,8 @@
 //! * **Checks on stored keys run side by side.** Such a check holds its shard
 //!   only for reading and locks just its key's entry, so checks on different
 //!   keys of one shard proceed in parallel and write no shared cache line.
-//!   Storing a new key, cleanup and batches hold the shard exclusively.
+//!   Storing a new key, cleanup, and batches with a key not yet stored hold
+//!   the shard exclusively; a batch of stored keys locks its entries.
 //! * **Poisoning.** If code panics while a shard lock is held (for example an
 //!   injected clock), that shard stays poisoned: every later operation touching
 //!   it returns [`MemoryStoreError::PoisonedShard`] without resetting counters.

@@ -9,7 +9,8 @@
 //! shared by every check on a shard (a mutex, or a plain reader-writer lock's
 //! reader count) has to move between cores on every other check, and on a
 //! two-core machine that transfer, not the work, limits how far a second thread
-//! adds throughput. Writers (inserts, cleanup, batches) lock all eight.
+//! adds throughput. Writers (inserts, cleanup, batches that store a new key)
+//! lock all eight.
 
 use std::{
     ops::{Deref, DerefMut},
@@ -55,7 +56,8 @@ impl<S: Packed> Shard<S> {
         Ok(table)
     }
 
-    /// Holds the table exclusively: inserts, removals and batches.
+    /// Holds the table exclusively: inserts, removals, and batches with a key
+    /// not yet stored.
     ///
     /// # Errors
     ///

@@ -7,9 +7,10 @@
 //!
 //! An entry's state is two atomic words, and the second carries a lock bit. A
 //! check on a stored key holds its shard only for reading and takes the entry's
-//! lock bit, so it writes nothing but the entry's own cache line; everything
-//! that changes the table itself (inserts, removals, batches) holds the shard
-//! exclusively, and then no entry lock is held.
+//! lock bit, so it writes nothing but the entry's own cache line (a batch of
+//! stored keys takes several). Everything that changes the table itself
+//! (inserts, removals) holds the shard exclusively, and then no entry lock is
+//! held.
 //!
 //! The heap records, for every stored key, a lower bound of its deadline and the
 //! table bucket that holds the key: deadlines only move later while a key is
