@@ -30,6 +30,8 @@ pub(crate) struct Shard<S> {
     /// Set when code panicked while holding this shard; cleared only by
     /// recovery.
     poisoned: AtomicBool,
+    /// The most keys the shard may hold, readable without its lock.
+    capacity: usize,
 }
 
 impl<S: Packed> Shard<S> {
@@ -38,7 +40,13 @@ impl<S: Packed> Shard<S> {
             table: ShardedLock::new(Table::new(capacity)),
             last_now: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            capacity,
         }
+    }
+
+    /// The most keys this shard may hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// Holds the table for reading: lookups, and entry updates under an entry's

@@ -266,7 +266,7 @@ impl<A: Algorithm> Store<A> {
                 .iter()
                 .filter(|item| item.shard == shard_index)
                 .count();
-            let capacity = self.config.shard_capacity(shard_index);
+            let capacity = self.shards[shard_index].capacity();
             if key_count > capacity {
                 return Err(MemoryStoreError::BatchExceedsShardCapacity {
                     shard_index,
