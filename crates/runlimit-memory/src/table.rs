@@ -158,9 +158,7 @@ impl Entry {
             }
         }
     }
-}
 
-impl Entry {
     /// Takes this entry's lock if no other check holds it.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<HeldEntry<'_>> {
