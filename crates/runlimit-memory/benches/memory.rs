@@ -9,7 +9,11 @@
 
 mod support;
 
-use std::{hint::black_box, num::NonZeroU32, time::Duration};
+use std::{
+    hint::black_box,
+    num::NonZeroU32,
+    time::{Duration, Instant},
+};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
@@ -128,6 +132,43 @@ fn random_keys(c: &mut Criterion) {
     group.finish();
 }
 
+/// Checks on keys never seen before: each stores a new entry, the work a flood
+/// of distinct keys causes. Every sample starts from an empty store (or
+/// limiter) sized for all its keys, so nothing is denied or cleaned up.
+fn new_keys(c: &mut Criterion) {
+    let mut group = c.benchmark_group("new_keys_allowed");
+    group.throughput(Throughput::Elements(1));
+    let policy = fixed_policy("client");
+    for shards in [1, 64] {
+        group.bench_function(format!("runlimit_fixed_window_{shards}_shards"), |b| {
+            b.iter_custom(|iterations| {
+                let capacity = usize::try_from(iterations).expect("fits").max(shards);
+                let store = MemoryStore::new(
+                    MemoryStoreConfig::new(2 * capacity)
+                        .and_then(|config| config.with_shard_count(shards))
+                        .expect("valid"),
+                );
+                let started = Instant::now();
+                for n in 0..iterations {
+                    black_box(store.check(&Check::new(&policy, subject(n))).expect("ok"));
+                }
+                started.elapsed()
+            });
+        });
+    }
+    group.bench_function("governor_keyed_digest", |b| {
+        b.iter_custom(|iterations| {
+            let governor = RateLimiter::keyed(governor_quota());
+            let started = Instant::now();
+            for n in 0..iterations {
+                black_box(governor.check_key(subject(n).as_bytes()).is_ok());
+            }
+            started.elapsed()
+        });
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -138,6 +179,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = hot_key, random_keys
+    targets = hot_key, random_keys, new_keys
 }
 criterion_main!(benches);
