@@ -30,7 +30,7 @@ use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
 
 const ROUNDS: usize = 9;
 const CHECKS_PER_THREAD: u64 = 2_000_000;
-const BATCHES_PER_ROUND: u32 = 1_000_000;
+const CALLS_PER_ROUND: u32 = 1_000_000;
 
 /// Nanoseconds per check per thread for `threads` pinned threads, each running
 /// `CHECKS_PER_THREAD` calls of `work` with its own pseudo-random key indices.
@@ -74,13 +74,13 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// Nanoseconds per call of `work`, over `BATCHES_PER_ROUND` calls.
+/// Nanoseconds per call of `work`, over `CALLS_PER_ROUND` calls.
 fn per_call(mut work: impl FnMut()) -> f64 {
     let started = Instant::now();
-    for _ in 0..BATCHES_PER_ROUND {
+    for _ in 0..CALLS_PER_ROUND {
         work();
     }
-    started.elapsed().as_secs_f64() * 1e9 / f64::from(BATCHES_PER_ROUND)
+    started.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS_PER_ROUND)
 }
 
 /// The seed's login batch (a client and an identity key, one shard) against
