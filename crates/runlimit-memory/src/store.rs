@@ -288,15 +288,7 @@ impl<A: Algorithm> Store<A> {
         }
         let position_of = |shard: usize| position_in(&shard_indices, shard);
 
-        // One time for the whole batch, never earlier than any involved shard's.
-        let clock_now = self.now_nanos();
-        let now = shard_indices
-            .iter()
-            .map(|&shard_index| self.shards[shard_index].last_now())
-            .fold(clock_now, u64::max);
-        for &shard_index in &shard_indices {
-            self.shards[shard_index].advance(now);
-        }
+        let now = self.batch_now(&shard_indices);
 
         // Preflight: decide every check against current state, changing nothing.
         let mut decisions = Vec::with_capacity(checks.len());
@@ -410,16 +402,7 @@ impl<A: Algorithm> Store<A> {
             let table = &tables[position_in(shard_indices, item.shard)];
             held.push(table.entry(&item.key)?.try_lock()?);
         }
-        let clock_now = self.now_nanos();
-
-        // One time for the whole batch, never earlier than any involved shard's.
-        let now = shard_indices
-            .iter()
-            .map(|&shard_index| self.shards[shard_index].last_now())
-            .fold(clock_now, u64::max);
-        for &shard_index in shard_indices {
-            self.shards[shard_index].advance(now);
-        }
+        let now = self.batch_now(shard_indices);
 
         let mut decisions = Vec::with_capacity(checks.len());
         for ((check, entry), item) in checks.iter().zip(&held).zip(items.iter_mut()) {
@@ -502,6 +485,20 @@ impl<A: Algorithm> Store<A> {
     /// can admit requests its lost state would have denied.
     pub fn recover_poisoned(&self) -> usize {
         self.shards.iter().filter(|shard| shard.recover()).count()
+    }
+
+    /// Reads the clock once for a whole batch and returns the time it runs at:
+    /// never earlier than any of its shards has seen, and recorded in each.
+    /// Call it holding what orders the batch after earlier operations.
+    fn batch_now(&self, shard_indices: &[usize]) -> u64 {
+        let now = shard_indices
+            .iter()
+            .map(|&shard_index| self.shards[shard_index].last_now())
+            .fold(self.now_nanos(), u64::max);
+        for &shard_index in shard_indices {
+            self.shards[shard_index].advance(now);
+        }
+        now
     }
 
     #[inline]

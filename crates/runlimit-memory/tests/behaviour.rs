@@ -402,6 +402,19 @@ fn time_never_moves_backwards_within_a_shard() {
             .expect("ok")
             .is_allowed()
     );
+
+    // A batch of stored keys (read-locked, entry-locked) keeps the same rule.
+    store.check(&Check::new(&policy, key(2))).expect("ok");
+    clock.set(Duration::from_secs(5));
+    let batch = store
+        .check_all(&[Check::new(&policy, key(1)), Check::new(&policy, key(2))])
+        .expect("ok");
+    assert!(!batch.permits_request());
+    assert_eq!(
+        batch.retry_after(),
+        Some(Duration::from_secs(10)),
+        "no replay of an earlier time"
+    );
 }
 
 #[test]
