@@ -129,6 +129,10 @@ pub enum DecisionError {
     /// pointed outside the batch.
     #[error("an allowed batch may only hold allowed decisions")]
     DeniedDecisionInAllowedBatch,
+    /// An allowed batch held no decisions. No backend produces one: an empty
+    /// batch is a caller error, and admitting it would bypass every limit.
+    #[error("an allowed batch must hold at least one decision")]
+    EmptyAllowedBatch,
 }
 
 /// Which of the three outcomes a [`Decision`] is.
@@ -470,6 +474,9 @@ impl BatchDecision {
     #[cfg(feature = "serde")]
     pub(crate) fn validate(&self) -> Result<(), DecisionError> {
         match self {
+            Self::Allowed(decisions) if decisions.is_empty() => {
+                Err(DecisionError::EmptyAllowedBatch)
+            }
             Self::Allowed(decisions) => {
                 if decisions.iter().all(Decision::is_allowed) {
                     Ok(())

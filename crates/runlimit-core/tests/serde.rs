@@ -198,6 +198,11 @@ fn decision_deserialization_rejects_broken_invariants() {
         ]}))
         .contains("only hold allowed")
     );
+    // An empty batch is a caller error: no backend allows one.
+    assert!(
+        rejects::<BatchDecision>(json!({"outcome": "allowed", "decisions": []}))
+            .contains("at least one decision")
+    );
     assert!(
         rejects::<BatchDecision>(json!({"outcome": "shadow_denied", "index": 0,
             "denial": {"kind": "storage_capacity", "retry_after": null}}))
