@@ -44,6 +44,10 @@ pub enum ConfigError {
 
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The most of the operation timeout kept back from the server's lock
+/// timeout; see `PostgresConfig::lock_timeout_ms`.
+const SERVER_MARGIN: Duration = Duration::from_millis(250);
+
 fn validate_timeout(name: &'static str, value: Duration) -> Result<Duration, ConfigError> {
     if value < Duration::from_millis(1) || value > MAX_TIMEOUT {
         return Err(ConfigError::TimeoutOutOfRange { name, value });
@@ -103,9 +107,15 @@ impl PostgresConfig {
         Ok(self)
     }
 
-    /// A fresh budget, after acquisition, for the whole operation: lock waits
-    /// (enforced by the server as `lock_timeout`), execution and commit
-    /// (enforced by the client, which then discards the connection).
+    /// A fresh budget, after acquisition, for the whole operation: execution
+    /// and commit, enforced by the client, which then discards the
+    /// connection and reports that quota may have been consumed.
+    ///
+    /// Lock waits are bounded on the server by a `lock_timeout` a margin
+    /// shorter (a quarter of the timeout, at most 250 ms), so a check blocked
+    /// on another session's lock ends with the server's definite answer
+    /// ([`CheckError::Database`](crate::CheckError::Database), nothing
+    /// consumed) rather than racing the client's deadline.
     ///
     /// # Errors
     ///
@@ -186,10 +196,23 @@ impl PostgresConfig {
         self.relaxed_durability
     }
 
-    /// The operation timeout in whole milliseconds, for `lock_timeout`.
+    /// The server's share of the operation timeout, in whole milliseconds,
+    /// for `lock_timeout`: the operation timeout less a margin of a quarter
+    /// of it, at most 250 ms, and at least 1 ms.
+    ///
+    /// A lock wait that ends on the server is a definite answer (the
+    /// transaction rolled back, nothing was consumed), while one the client
+    /// gives up on is not (the statement may still commit). The margin lets
+    /// the server's lock-timeout error travel back before the client's
+    /// deadline, so a check blocked on a lock ends with the definite answer.
     pub(crate) fn lock_timeout_ms(&self) -> i32 {
+        let margin = (self.operation_timeout / 4).min(SERVER_MARGIN);
+        let budget = self
+            .operation_timeout
+            .saturating_sub(margin)
+            .max(Duration::from_millis(1));
         // Bounded by 24 hours (8.64e7 ms) at construction.
-        i32::try_from(self.operation_timeout.as_millis()).unwrap_or(i32::MAX)
+        i32::try_from(budget.as_millis()).unwrap_or(i32::MAX)
     }
 }
 
@@ -267,12 +290,15 @@ mod tests {
             config.with_max_batch_size(0),
             Err(ConfigError::BatchSizeOutOfRange { size: 0 })
         );
-        assert_eq!(
+        // The server's lock budget keeps a margin: a quarter, at most 250 ms.
+        let lock_budget = |millis| {
             config
-                .with_operation_timeout(Duration::from_millis(1_500))
-                .map(|c| c.lock_timeout_ms()),
-            Ok(1_500)
-        );
+                .with_operation_timeout(Duration::from_millis(millis))
+                .map(|c| c.lock_timeout_ms())
+        };
+        assert_eq!(lock_budget(2_000), Ok(1_750));
+        assert_eq!(lock_budget(400), Ok(300));
+        assert_eq!(lock_budget(1), Ok(1));
     }
 
     #[cfg(feature = "serde")]

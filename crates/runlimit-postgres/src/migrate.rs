@@ -31,6 +31,10 @@ pub const CREATE_RUNLIMIT_GCRA_SQL: &str =
 pub const CREATE_RUNLIMIT_FUNCTIONS_SQL: &str =
     include_str!("../migrations/20260101000005_create_runlimit_functions.sql");
 
+/// Keeps the capacity ledger exact when a counter table is truncated.
+pub const KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL: &str =
+    include_str!("../migrations/20260101000006_keep_runlimit_ledger_exact_on_truncate.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

@@ -162,7 +162,7 @@ async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
 }
 
 #[tokio::test]
-async fn a_session_holding_the_row_lock_triggers_the_operation_timeout() {
+async fn a_check_blocked_on_a_row_lock_ends_with_the_servers_definite_answer() {
     let Some(schema) = common::schema("locktimeout").await else {
         return;
     };
@@ -180,25 +180,119 @@ async fn a_session_holding_the_row_lock_triggers_the_operation_timeout() {
         .execute(&mut *outsider)
         .await
         .expect("lock rows");
-    let error = limiter
-        .check(&check)
-        .await
-        .expect_err("blocked past the timeout");
-    assert!(
-        matches!(
-            error,
-            CheckError::Database(_) | CheckError::OperationTimeout
-        ),
-        "{error:?}"
-    );
-    outsider.rollback().await.expect("release");
-    if !error.may_have_consumed_quota() {
-        // Definitely not consumed: the counter is where it was.
+    // The server's lock timeout keeps a margin from the client's deadline, so
+    // every blocked check ends with the server's lock-timeout error (nothing
+    // consumed), never with the client's uncertain operation timeout.
+    for attempt in 0..3 {
+        let error = limiter
+            .check(&check)
+            .await
+            .expect_err("blocked past the lock timeout");
+        let CheckError::Database(sqlx::Error::Database(database)) = &error else {
+            panic!("attempt {attempt}: expected the server's lock timeout, got {error:?}");
+        };
         assert_eq!(
-            limiter.check(&check).await.expect("after").remaining(),
-            Some(3)
+            database.code().as_deref(),
+            Some("55P03"),
+            "lock_not_available"
         );
+        assert!(!error.may_have_consumed_quota());
     }
+    outsider.rollback().await.expect("release");
+    // Definitely not consumed: the counter is where it was.
+    assert_eq!(
+        limiter.check(&check).await.expect("after").remaining(),
+        Some(3)
+    );
+}
+
+#[tokio::test]
+async fn truncating_a_counter_table_frees_its_capacity() {
+    let Some(schema) = common::schema("truncate").await else {
+        return;
+    };
+    let pool = schema.migrated_pool(2).await;
+    let config = fast_config().with_max_rows_per_shard(1).expect("valid");
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), config);
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), config);
+    let window = policy("truncated", 5, Duration::from_secs(3_600));
+    let rate = GcraPolicy::new(
+        PolicyId::new("truncated").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(3_600),
+        5,
+    )
+    .expect("valid");
+    // One key fills shard 7 of each table; a second key in the shard is refused.
+    assert!(
+        fixed
+            .check(&Check::new(&window, key(7, 1)))
+            .await
+            .expect("ok")
+            .is_allowed()
+    );
+    assert!(
+        gcra.check(&Check::new(&rate, key(7, 1)))
+            .await
+            .expect("ok")
+            .is_allowed()
+    );
+    let full = Some(&Denial::StorageCapacity { retry_after: None });
+    assert_eq!(
+        fixed
+            .check(&Check::new(&window, key(7, 2)))
+            .await
+            .expect("ok")
+            .denial(),
+        full
+    );
+    assert_eq!(
+        gcra.check(&Check::new(&rate, key(7, 2)))
+            .await
+            .expect("ok")
+            .denial(),
+        full
+    );
+
+    schema
+        .execute("TRUNCATE runlimit_fixed_windows; TRUNCATE runlimit_gcra;")
+        .await;
+    let ledger: i64 = sqlx::query_scalar("SELECT sum(used) FROM runlimit_capacity_ledger")
+        .fetch_one(&pool)
+        .await
+        .expect("ledger");
+    assert_eq!(ledger, 0, "TRUNCATE empties the ledger with the tables");
+    // The shard has room again: the refused key now fits, and the ledger
+    // counts it, so the shard is full once more.
+    assert!(
+        fixed
+            .check(&Check::new(&window, key(7, 2)))
+            .await
+            .expect("ok")
+            .is_allowed()
+    );
+    assert!(
+        gcra.check(&Check::new(&rate, key(7, 2)))
+            .await
+            .expect("ok")
+            .is_allowed()
+    );
+    assert_eq!(
+        fixed
+            .check(&Check::new(&window, key(7, 1)))
+            .await
+            .expect("ok")
+            .denial(),
+        full
+    );
+    assert_eq!(
+        gcra.check(&Check::new(&rate, key(7, 1)))
+            .await
+            .expect("ok")
+            .denial(),
+        full
+    );
 }
 
 #[tokio::test]
