@@ -19,8 +19,10 @@
 //! use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let pool = sqlx::PgPool::connect("postgres://app@db/app").await?;
-//! let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool, PostgresConfig::default());
+//! // A pool of the limiter's own keeps every check at one round trip.
+//! let pool = runlimit_postgres::pool_options().connect("postgres://app@db/app").await?;
+//! let limiter =
+//!     PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
 //! limiter.migrate().await?;
 //! let policy = FixedWindowPolicy::new(
 //!     PolicyId::new("auth.login.shared")?,
@@ -37,7 +39,13 @@
 //! # One round trip
 //!
 //! Every check and every atomic batch is a single statement calling a
-//! server-side function (installed by the migrations). It takes
+//! server-side function (installed by the migrations). With a pool of its own
+//! ([`PostgresLimiter::with_dedicated_pool`], built from [`pool_options`]) the
+//! limiter keeps its connections between checks, so SQLx's pings on acquire
+//! and release never happen and a check is exactly one round trip on the
+//! wire; on a pool shared with the application
+//! ([`PostgresLimiter::new`]), SQLx pings each connection it gets back, a
+//! second exchange after the check has answered. It takes
 //! transaction-scoped advisory locks on the counters in ascending order, locks
 //! their rows, samples `pg_catalog.clock_timestamp()` once, decides every check,
 //! reserves capacity for new keys in a 256-shard ledger (shards locked in
@@ -57,9 +65,12 @@
 //!
 //! [`PostgresConfig::with_pool_acquire_timeout`] bounds waiting for a pooled
 //! connection; after acquisition the operation gets a fresh
-//! [`operation_timeout`](PostgresConfig::with_operation_timeout) budget, enforced
-//! on the server as `lock_timeout` and on the client as a deadline after which
-//! the connection is closed, never returned to the pool. A cancelled operation
+//! [`operation_timeout`](PostgresConfig::with_operation_timeout) budget,
+//! enforced on the client as a deadline after which the connection is closed,
+//! never returned to the pool. Lock waits are bounded on the server by a
+//! `lock_timeout` a margin shorter (a quarter of the budget, at most 250 ms),
+//! so a check blocked on another session's lock ends with the server's
+//! definite lock-timeout error rather than the client's uncertain deadline. A cancelled operation
 //! closes its connection the same way. If an application also imposes an outer
 //! timeout, allow for both budgets plus scheduling overhead.
 //!
@@ -79,6 +90,11 @@
 //! [`Denial::StorageCapacity`](runlimit_core::Denial); existing keys keep
 //! working and active rows are never evicted. The bound is per shard, so skew can
 //! deny a new key while other shards have room.
+//!
+//! The ledger is kept exact by statement-level triggers on every counter
+//! table, for `INSERT`, `DELETE` and `TRUNCATE`, so truncating a counter
+//! table (the quickest way to reset every limit of one algorithm) also frees
+//! all its capacity.
 //!
 //! Expiry alone does not free a ledger slot: schedule
 //! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`, which
@@ -157,9 +173,11 @@
 //! depends on.
 
 mod config;
+mod connections;
 mod error;
 mod limiter;
 mod migrate;
+mod pool;
 
 pub use config::{
     CAPACITY_SHARDS, ConfigError, DEFAULT_ROWS_PER_SHARD, MAX_BATCH_SIZE, MAX_ROWS_PER_SHARD,
@@ -169,6 +187,8 @@ pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
 pub use migrate::{
     BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL, CREATE_RUNLIMIT_FIXED_WINDOWS_SQL,
-    CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL, MIGRATOR,
+    CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL,
+    KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL, MIGRATOR,
     SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
 };
+pub use pool::pool_options;

@@ -13,10 +13,11 @@ use runlimit_core::{
     gcra::{ExactMicros, GcraMicros},
     notify, validate_batch,
 };
-use sqlx::{PgConnection, PgPool, Row, pool::PoolConnection, postgres::Postgres};
+use sqlx::{PgConnection, PgPool, Row};
 
 use crate::{
     config::PostgresConfig,
+    connections::{Connections, Held, TakeError},
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
     migrate::migrate,
 };
@@ -56,7 +57,7 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
 /// `PostgresLimiter<FixedWindowPolicy>` (the default) and
 /// `PostgresLimiter<GcraPolicy>` share one pool and schema but separate tables.
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
-    pool: PgPool,
+    connections: Arc<Connections>,
     config: PostgresConfig,
     observer: Option<Arc<dyn Observer>>,
     policy: PhantomData<fn() -> P>,
@@ -65,7 +66,7 @@ pub struct PostgresLimiter<P = FixedWindowPolicy> {
 impl<P> Clone for PostgresLimiter<P> {
     fn clone(&self) -> Self {
         Self {
-            pool: self.pool.clone(),
+            connections: Arc::clone(&self.connections),
             config: self.config,
             observer: self.observer.clone(),
             policy: PhantomData,
@@ -83,39 +84,80 @@ impl<P> fmt::Debug for PostgresLimiter<P> {
     }
 }
 
-/// Returns the connection to the pool only when its last operation finished
-/// cleanly; otherwise (timeout, cancellation, broken connection) closes it, so
-/// no connection in an unknown state is ever reused.
-struct ConnectionGuard(Option<PoolConnection<Postgres>>);
-
-impl ConnectionGuard {
-    fn connection(&mut self) -> &mut PgConnection {
-        // Present until `release` consumes the guard.
-        self.0
-            .as_deref_mut()
-            .unwrap_or_else(|| unreachable!("connection taken"))
-    }
-
-    fn release(mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for ConnectionGuard {
-    fn drop(&mut self) {
-        if let Some(connection) = self.0.take() {
-            drop(connection.detach());
-        }
-    }
-}
-
 impl<P: PgPolicy> PostgresLimiter<P> {
-    /// A limiter over `pool`. Apply the schema first with
-    /// [`migrate`](Self::migrate) (or your own vendored migrations).
+    /// A limiter over `pool`, which it may share with the application: each
+    /// operation takes a connection and gives it back. Apply the schema first
+    /// with [`migrate`](Self::migrate) (or your own vendored migrations).
+    ///
+    /// SQLx pings a connection given back to its pool, so on a shared pool
+    /// every check is followed by a second exchange on the wire (after the
+    /// check has answered). For exactly one round trip per check, give the
+    /// limiter a pool of its own with
+    /// [`with_dedicated_pool`](Self::with_dedicated_pool).
     #[must_use]
     pub fn new(pool: PgPool, config: PostgresConfig) -> Self {
+        Self::build(Connections::new(pool, false), config)
+    }
+
+    /// A limiter that is the only user of `pool`: it keeps the connections
+    /// it has used between operations (at most as many as it ran at once)
+    /// rather than giving each back to the pool, so a check is exactly one
+    /// statement on the wire. Each kept connection goes back to the pool
+    /// after a minute, at its next use, so the pool's lifetime and idle
+    /// rules still apply. Build the pool with [`pool_options`](crate::pool_options).
+    ///
+    /// Do not run the application's own queries on `pool`: they would wait
+    /// for connections the limiter keeps. For the other policy type on the
+    /// same pool, use [`for_policy`](Self::for_policy), which shares the
+    /// kept connections, rather than a second dedicated limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use runlimit_core::FixedWindowPolicy;
+    /// use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = runlimit_postgres::pool_options()
+    ///     .max_connections(16)
+    ///     .connect("postgres://app@db/app")
+    ///     .await?;
+    /// let limiter =
+    ///     PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+    /// limiter.migrate().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_dedicated_pool(pool: PgPool, config: PostgresConfig) -> Self {
+        Self::build(Connections::new(pool, true), config)
+    }
+
+    /// A limiter for policy type `Q` sharing this one's pool, kept
+    /// connections, configuration and observer: the fixed-window and GCRA
+    /// limiters of one database.
+    ///
+    /// ```no_run
+    /// # use runlimit_core::{FixedWindowPolicy, GcraPolicy};
+    /// # use runlimit_postgres::PostgresLimiter;
+    /// # fn run(windows: PostgresLimiter<FixedWindowPolicy>) {
+    /// let rates: PostgresLimiter<GcraPolicy> = windows.for_policy();
+    /// # let _ = rates;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn for_policy<Q: PgPolicy>(&self) -> PostgresLimiter<Q> {
+        PostgresLimiter {
+            connections: Arc::clone(&self.connections),
+            config: self.config,
+            observer: self.observer.clone(),
+            policy: PhantomData,
+        }
+    }
+
+    fn build(connections: Connections, config: PostgresConfig) -> Self {
         Self {
-            pool,
+            connections: Arc::new(connections),
             config,
             observer: None,
             policy: PhantomData,
@@ -132,7 +174,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     /// The pool.
     #[must_use]
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.connections.pool()
     }
 
     /// The configuration.
@@ -148,16 +190,17 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     ///
     /// [`MaintenanceError::Migrate`] when a migration fails.
     pub async fn migrate(&self) -> Result<(), MaintenanceError> {
-        migrate(&self.pool).await
+        migrate(self.connections.pool()).await
     }
 
-    async fn acquire(&self) -> Result<ConnectionGuard, CheckError> {
-        match tokio::time::timeout(self.config.pool_acquire_timeout(), self.pool.acquire()).await {
-            Err(_) => Err(CheckError::PoolTimeout),
-            Ok(Err(sqlx::Error::PoolTimedOut)) => Err(CheckError::PoolTimeout),
-            Ok(Err(error)) => Err(CheckError::Acquire(error)),
-            Ok(Ok(connection)) => Ok(ConnectionGuard(Some(connection))),
-        }
+    async fn acquire(&self) -> Result<Held<'_>, CheckError> {
+        self.connections
+            .take(self.config.pool_acquire_timeout())
+            .await
+            .map_err(|error| match error {
+                TakeError::Timeout => CheckError::PoolTimeout,
+                TakeError::Acquire(error) => CheckError::Acquire(error),
+            })
     }
 
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decision>, CheckError> {
@@ -171,7 +214,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             // The guard closes the connection: the statement may still be running.
             Err(_) => Err(CheckError::OperationTimeout),
             Ok(Ok(decisions)) if decisions.len() == checks.len() => {
-                guard.release();
+                guard.keep();
                 Ok(decisions)
             }
             Ok(Ok(_)) => Err(CheckError::UnexpectedReply),
@@ -180,7 +223,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
                 if matches!(error, CheckError::Database(_)) {
                     // The statement failed and its transaction rolled back; the
                     // connection itself is in a clean state.
-                    guard.release();
+                    guard.keep();
                 }
                 Err(error)
             }
@@ -214,17 +257,14 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     }
 
     async fn cleanup_inner(&self, maximum_rows: u32) -> Result<u64, MaintenanceError> {
-        let connection =
-            match tokio::time::timeout(self.config.pool_acquire_timeout(), self.pool.acquire())
-                .await
-            {
-                Err(_) | Ok(Err(sqlx::Error::PoolTimedOut)) => {
-                    return Err(MaintenanceError::PoolTimeout);
-                }
-                Ok(Err(error)) => return Err(MaintenanceError::Acquire(error)),
-                Ok(Ok(connection)) => connection,
-            };
-        let mut guard = ConnectionGuard(Some(connection));
+        let mut guard = self
+            .connections
+            .take(self.config.pool_acquire_timeout())
+            .await
+            .map_err(|error| match error {
+                TakeError::Timeout => MaintenanceError::PoolTimeout,
+                TakeError::Acquire(error) => MaintenanceError::Acquire(error),
+            })?;
         let maximum = i32::try_from(maximum_rows).unwrap_or(i32::MAX);
         let query = sqlx::query_scalar::<_, i64>(P::CLEANUP)
             .bind(maximum)
@@ -237,13 +277,13 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         {
             Err(_) => Err(MaintenanceError::OperationTimeout),
             Ok(Ok(removed)) => {
-                guard.release();
+                guard.keep();
                 Ok(u64::try_from(removed).unwrap_or(0))
             }
             Ok(Err(error)) => {
                 let error = classify_maintenance(error);
                 if matches!(error, MaintenanceError::Database(_)) {
-                    guard.release();
+                    guard.keep();
                 }
                 Err(error)
             }

@@ -1,6 +1,7 @@
-//! Every check and batch is one statement: counted from SQLx's per-query trace
-//! events. Kept in a test binary of its own so no concurrently running test can
-//! race the thread-local trace subscriber.
+//! Every check and batch is one statement: counted from SQLx's per-query
+//! trace events. Kept in a test binary of its own so no concurrently running
+//! test can race the thread-local trace subscriber (tracing caches whether a
+//! call site is enabled across threads).
 
 mod common;
 
@@ -29,6 +30,17 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
     }
 }
 
+fn gcra_policy() -> GcraPolicy {
+    GcraPolicy::new(
+        PolicyId::new("gcra").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(1),
+        5,
+    )
+    .expect("valid")
+}
+
 #[tokio::test]
 async fn every_check_and_batch_is_a_single_statement() {
     use tracing_subscriber::layer::SubscriberExt;
@@ -45,14 +57,7 @@ async fn every_check_and_batch_is_a_single_statement() {
     let policies: Vec<FixedWindowPolicy> = (0..8)
         .map(|n| policy(&format!("batch{n}"), 5, Duration::from_secs(60)))
         .collect();
-    let gcra_policy = GcraPolicy::new(
-        PolicyId::new("gcra").expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        1,
-        Duration::from_secs(1),
-        5,
-    )
-    .expect("valid");
+    let gcra_policy = gcra_policy();
     for round in 0..3 {
         let before = counter.0.load(Ordering::SeqCst);
         fixed
