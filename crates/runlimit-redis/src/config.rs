@@ -27,6 +27,15 @@ pub enum ConfigError {
     /// The hash tag was empty, too long, or held braces or non-printable bytes.
     #[error("the hash tag must be 1 to 64 printable ASCII bytes without braces")]
     InvalidHashTag,
+    /// The connect timeout or the maximum reconnection delay was zero or over
+    /// a minute.
+    #[error("{name} {value:?} must be between 1 ms and 60 s")]
+    ConnectionSettingOutOfRange {
+        /// Which setting.
+        name: &'static str,
+        /// The refused value.
+        value: Duration,
+    },
 }
 
 /// How keys map to Redis Cluster hash slots.
@@ -59,19 +68,32 @@ pub struct RedisConfig {
     operation_timeout: Duration,
     max_batch_size: usize,
     routing: KeyRouting,
+    connect_timeout: Duration,
+    max_reconnect_delay: Duration,
 }
 
 impl Default for RedisConfig {
     /// Prefix `runlimit:`, a one-second operation timeout, batches of up to 16,
-    /// per-counter routing.
+    /// per-counter routing; for connections built by
+    /// [`RedisLimiter::connect`](crate::RedisLimiter::connect), a 250 ms connect
+    /// timeout and reconnection attempts at most 500 ms apart.
     fn default() -> Self {
         Self {
             prefix: "runlimit:".to_owned(),
             operation_timeout: Duration::from_secs(1),
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
             routing: KeyRouting::PerCounter,
+            connect_timeout: Duration::from_millis(250),
+            max_reconnect_delay: Duration::from_millis(500),
         }
     }
+}
+
+fn connection_setting(name: &'static str, value: Duration) -> Result<Duration, ConfigError> {
+    if value < Duration::from_millis(1) || value > Duration::from_secs(60) {
+        return Err(ConfigError::ConnectionSettingOutOfRange { name, value });
+    }
+    Ok(value)
 }
 
 fn valid_text(value: &str) -> bool {
@@ -140,6 +162,39 @@ impl RedisConfig {
         Ok(self)
     }
 
+    /// Bounds each attempt to connect (the first and every reconnection) of
+    /// connections built by [`RedisLimiter::connect`](crate::RedisLimiter::connect)
+    /// and [`RedisLimiter::connect_cluster`](crate::RedisLimiter::connect_cluster).
+    ///
+    /// Admission cannot wait for a slow connect: a check arriving while the
+    /// server is unreachable fails at once (nothing sent) whatever this is, so
+    /// the timeout only decides how long an attempt may take on a slow or
+    /// lossy network before the next one. Keep it above the network's
+    /// connection set-up time, well below the operation timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ConnectionSettingOutOfRange`] outside 1 ms to 60 s.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        self.connect_timeout = connection_setting("connect timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// The longest pause between two reconnection attempts. Pauses start at
+    /// 25 ms and double up to this bound, so after an outage the limiter
+    /// admits again at most this long (plus a connect) after the server is
+    /// back. A shorter bound recovers sooner; a longer one sends fewer
+    /// connection attempts (one per replica per pause) at a server that is
+    /// struggling to come back.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ConnectionSettingOutOfRange`] outside 1 ms to 60 s.
+    pub fn with_max_reconnect_delay(mut self, delay: Duration) -> Result<Self, ConfigError> {
+        self.max_reconnect_delay = connection_setting("maximum reconnect delay", delay)?;
+        Ok(self)
+    }
+
     /// The key prefix.
     #[must_use]
     pub fn prefix(&self) -> &str {
@@ -162,6 +217,18 @@ impl RedisConfig {
     #[must_use]
     pub fn routing(&self) -> &KeyRouting {
         &self.routing
+    }
+
+    /// See [`with_connect_timeout`](Self::with_connect_timeout).
+    #[must_use]
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// See [`with_max_reconnect_delay`](Self::with_max_reconnect_delay).
+    #[must_use]
+    pub fn max_reconnect_delay(&self) -> Duration {
+        self.max_reconnect_delay
     }
 }
 
@@ -195,6 +262,26 @@ mod tests {
         assert_eq!(
             config.clone().with_max_batch_size(0),
             Err(ConfigError::BatchSizeOutOfRange(0))
+        );
+        assert_eq!(
+            config.clone().with_connect_timeout(Duration::ZERO),
+            Err(ConfigError::ConnectionSettingOutOfRange {
+                name: "connect timeout",
+                value: Duration::ZERO
+            })
+        );
+        assert!(
+            config
+                .clone()
+                .with_max_reconnect_delay(Duration::from_secs(61))
+                .is_err()
+        );
+        assert_eq!(
+            config
+                .clone()
+                .with_max_reconnect_delay(Duration::from_millis(100))
+                .map(|c| c.max_reconnect_delay()),
+            Ok(Duration::from_millis(100))
         );
         for tag in ["", "a{b", "x y"] {
             assert_eq!(

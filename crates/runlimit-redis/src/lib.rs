@@ -13,9 +13,9 @@
 //! use runlimit_redis::{RedisConfig, RedisLimiter};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = redis::Client::open("redis://cache.internal:6379/")?;
-//! let connection = redis::aio::ConnectionManager::new(client).await?;
-//! let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, RedisConfig::default());
+//! let limiter =
+//!     RedisLimiter::<_, GcraPolicy>::connect("redis://cache.internal:6379/", RedisConfig::default())
+//!         .await?;
 //! let policy = GcraPolicy::new(
 //!     PolicyId::new("api.read")?,
 //!     ScopeId::new("client")?,
@@ -59,9 +59,55 @@
 //! a rate limiter exists to prevent. With `noeviction`, a full Redis refuses the
 //! script and the check fails closed with [`CheckError::Refused`].
 //!
+//! # Restarts and failover
+//!
+//! A counter lives only as long as Redis keeps it, so what a restart or a
+//! failover loses is quota handed out again:
+//!
+//! * **A restart without persistence** (`--save ""`, `appendonly no`, or a
+//!   crash between RDB snapshots) forgets every counter: every subject gets a
+//!   fresh quota. A key that had used 100 of 100 comes back with 99 remaining
+//!   after its next check.
+//! * **AOF with `appendfsync everysec`** loses at most about the last second
+//!   of writes on a crash (every counter consumed in that second is handed out
+//!   again); **`appendfsync always`** loses nothing the server acknowledged,
+//!   at the cost of an fsync per script, which caps throughput at the disk's
+//!   sync rate.
+//! * **Failover to an asynchronous replica** (Sentinel, Cluster) loses the
+//!   writes the replica had not yet received: usually milliseconds, more under
+//!   load or a partition. `WAIT numreplicas timeout` after each script would
+//!   narrow that window, at a round trip per check, but is not durability
+//!   either: a replica acknowledges receipt, not its own fsync, and a
+//!   partitioned old primary can keep accepting writes that are later
+//!   discarded.
+//!
+//! Memory eviction (above) is the third way to forget a counter. Treat each as
+//! a burst of extra admissions bounded by one quota per subject, and size
+//! persistence to the quotas you cannot afford to grant twice. A quota that
+//! must survive any failure belongs in PostgreSQL (`runlimit-postgres`).
+//!
+//! # Connections and outages
+//!
+//! [`RedisLimiter::connect`] builds a [`RedisConnection`]: one multiplexed
+//! connection that, once it fails, is dropped and re-established in the
+//! background (attempts bounded by
+//! [`RedisConfig::with_connect_timeout`], at most
+//! [`RedisConfig::with_max_reconnect_delay`] apart), while checks fail at
+//! once with [`CheckError::Unreachable`]: nothing was sent, so nothing was
+//! consumed. After a restart the limiter admits again within about one
+//! reconnection delay. The check that discovers a dead connection may have
+//! been written before the server died, so it is reported as possibly
+//! consumed. [`RedisLimiter::new`] accepts any other connection (a
+//! `ConnectionManager`, say); with redis-rs's default backoff a short outage
+//! can then fail checks for minutes after the server is back, and checks that
+//! waited for the reconnection are reported as possibly consumed.
+//! [`RedisLimiter::connect_cluster`] sets the cluster client's retries and
+//! waits for admission in the same way.
+//!
 //! # Redis Cluster
 //!
-//! Build with [`RedisLimiter::cluster`] over a `ClusterConnection`. Single
+//! Build with [`RedisLimiter::connect_cluster`], or [`RedisLimiter::cluster`]
+//! over a `ClusterConnection` of your own. Single
 //! checks work for any key. A script can only touch keys in one hash slot, so
 //! with the default [`KeyRouting::PerCounter`] a batch whose keys fall in
 //! different slots is refused with [`CheckError::CrossSlot`] before anything is
@@ -71,14 +117,16 @@
 //! # Failures
 //!
 //! Errors fail closed. [`CheckError::may_have_consumed_quota`] is `false` when
-//! nothing was sent or Redis refused the script, and `true` when the
-//! connection failed or the timeout expired after sending.
+//! nothing was sent (no connection) or Redis refused the script, and `true`
+//! when the connection failed or the timeout expired after sending.
 
 mod config;
+mod connection;
 mod error;
 mod keys;
 mod limiter;
 
 pub use config::{ConfigError, KeyRouting, MAX_BATCH_SIZE, MAX_PREFIX_LEN, RedisConfig};
+pub use connection::{ConnectError, RedisConnection};
 pub use error::CheckError;
 pub use limiter::{RedisLimiter, RedisPolicy};

@@ -7,7 +7,9 @@ use std::{
     time::Duration,
 };
 
-use redis::{Script, aio::ConnectionLike};
+use redis::{
+    Script, aio::ConnectionLike, cluster::ClusterClientBuilder, cluster_async::ClusterConnection,
+};
 use runlimit_core::{
     AdmissionReporter, BatchDecision, Check, Decision, Denial, FixedWindowPolicy, GcraPolicy,
     Limiter, Observer, Policy,
@@ -17,6 +19,7 @@ use runlimit_core::{
 
 use crate::{
     config::RedisConfig,
+    connection::{ConnectError, RedisConnection},
     error::{CheckError, classify},
     keys::{hash_slot, redis_key},
 };
@@ -177,6 +180,86 @@ where
             CheckError::may_have_consumed_quota,
         )
         .await
+    }
+}
+
+impl<P: RedisPolicy> RedisLimiter<RedisConnection, P> {
+    /// Connects to the Redis server at `url` with a [`RedisConnection`] built
+    /// for admission: each connection attempt bounded by
+    /// [`connect_timeout`](RedisConfig::with_connect_timeout), reconnection
+    /// attempts at most
+    /// [`max_reconnect_delay`](RedisConfig::with_max_reconnect_delay) apart,
+    /// and checks failing at once, definitely not consumed, while the server
+    /// is unreachable.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] for an invalid URL or an unreachable server.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use runlimit_core::FixedWindowPolicy;
+    /// use runlimit_redis::{RedisConfig, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter =
+    ///     RedisLimiter::<_, FixedWindowPolicy>::connect("redis://cache.internal:6379/", RedisConfig::default())
+    ///         .await?;
+    /// # let _ = limiter;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, ConnectError> {
+        let connection =
+            RedisConnection::connect(url, config.connect_timeout(), config.max_reconnect_delay())
+                .await?;
+        Ok(Self::new(connection, config))
+    }
+}
+
+impl<P: RedisPolicy> RedisLimiter<ClusterConnection, P> {
+    /// Connects to a Redis Cluster through `nodes` (any reachable subset of
+    /// its nodes), with redis-rs's cluster client set for admission: each
+    /// connection attempt bounded by
+    /// [`connect_timeout`](RedisConfig::with_connect_timeout), at most two
+    /// retries of a failed request, and retry waits of at most
+    /// [`max_reconnect_delay`](RedisConfig::with_max_reconnect_delay) (the
+    /// client's defaults, sixteen retries and waits growing to minutes, would
+    /// turn a node restart into minutes of failed checks).
+    ///
+    /// A request the cluster client retried may have run on the server before
+    /// the failure, so a retried script can consume twice: the error
+    /// direction is denial, never an extra admission.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] for an invalid node URL or when no node answers.
+    pub async fn connect_cluster(
+        nodes: impl IntoIterator<Item = &str>,
+        config: RedisConfig,
+    ) -> Result<Self, ConnectError> {
+        let max_wait = u64::try_from(config.max_reconnect_delay().as_millis()).unwrap_or(u64::MAX);
+        let client = ClusterClientBuilder::new(nodes.into_iter().collect::<Vec<_>>())
+            .connection_timeout(config.connect_timeout())
+            .retries(2)
+            .min_retry_wait(max_wait.min(10))
+            .max_retry_wait(max_wait)
+            .build()
+            .map_err(ConnectError::InvalidUrl)?;
+        let connection = tokio::time::timeout(
+            config.connect_timeout().saturating_mul(4),
+            client.get_async_connection(),
+        )
+        .await
+        .map_err(|_| {
+            ConnectError::Unreachable(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connecting to the Redis Cluster timed out",
+            )))
+        })?
+        .map_err(ConnectError::Unreachable)?;
+        Ok(Self::cluster(connection, config))
     }
 }
 

@@ -150,9 +150,13 @@ async fn the_conformance_suite_passes_on_a_cluster() {
 #[tokio::test]
 async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_refused() {
     let Some(nodes) = nodes() else { return };
-    let connection = connect(&nodes).await;
-    let config = common::config("cluster-spread");
-    let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection, config);
+    // The crate's own cluster constructor, as the README recommends.
+    let limiter = RedisLimiter::<_, GcraPolicy>::connect_cluster(
+        nodes.iter().map(String::as_str),
+        common::config("cluster-spread"),
+    )
+    .await
+    .expect("cluster connection");
     let policy = GcraPolicy::new(
         PolicyId::new("spread").expect("valid"),
         ScopeId::new("client").expect("valid"),
