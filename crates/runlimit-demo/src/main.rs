@@ -253,14 +253,14 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
         b"demo secret: use 32+ random bytes from a vault",
     )?);
     if let Some(url) = &options.redis_url {
-        let connection =
-            redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
         // Keys of this run only: a fresh prefix, expiring by themselves.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)?
             .as_nanos();
         let config = RedisConfig::default().with_prefix(format!("runlimit-demo:{nanos}:"))?;
-        let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
+        // A connection built for admission: bounded reconnection delays, and
+        // checks refused without being sent while Redis is unreachable.
+        let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(url, config).await?;
         return serve_and_drive(&options, "Redis", Arc::new(limiter), hasher).await;
     }
     match &options.database_url {
@@ -280,7 +280,8 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
             ))
             .execute(&mut admin)
             .await?;
-            let pool = sqlx::postgres::PgPoolOptions::new()
+            // A pool of the limiter's own, so every check is one round trip.
+            let pool = runlimit_postgres::pool_options()
                 .after_connect(|connection, _| {
                     Box::pin(async move {
                         use sqlx::Executor;
@@ -292,8 +293,10 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
                 })
                 .connect(url)
                 .await?;
-            let limiter =
-                PostgresLimiter::<FixedWindowPolicy>::new(pool, PostgresConfig::default());
+            let limiter = PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(
+                pool,
+                PostgresConfig::default(),
+            );
             limiter.migrate().await?;
             serve_and_drive(&options, "PostgreSQL", Arc::new(limiter), hasher).await
         }

@@ -4,6 +4,7 @@
 //! library holds its fragments.
 
 pub mod axum_layer;
+pub mod shared_backends;
 
 /// README "Generic backend API".
 pub mod generic_backend {
