@@ -29,22 +29,20 @@ pub fn app(hasher: KeyHasher) -> Result<Router, Box<dyn std::error::Error>> {
     let client_hasher = Arc::clone(&hasher);
     // Reached directly, the TCP peer is the client; behind a proxy, key on the
     // address your trusted-proxy layer established instead.
-    let client_key =
-        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-            let ConnectInfo(peer) = parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .ok_or(MissingMetadata::new("peer address"))?;
-            Ok(client_hasher.hash_for(policy, peer.ip().to_string().as_bytes()))
-        };
-    let identity_key =
-        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-            let LoginAccount(account) = parts
-                .extensions
-                .get::<LoginAccount>()
-                .ok_or(MissingMetadata::new("login account"))?;
-            Ok(hasher.hash_for(policy, account.as_bytes()))
-        };
+    let client_key = move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+        let ConnectInfo(peer) = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .ok_or(MissingMetadata::new("peer address"))?;
+        Ok(client_hasher.hash_for(policy, peer.ip().to_string().as_bytes()))
+    };
+    let identity_key = move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+        let LoginAccount(account) = parts
+            .extensions
+            .get::<LoginAccount>()
+            .ok_or(MissingMetadata::new("login account"))?;
+        Ok(hasher.hash_for(policy, account.as_bytes()))
+    };
 
     let limiter = MemoryStore::new(MemoryStoreConfig::new(50_000)?);
     let layer = RateLimitLayer::new(limiter)
