@@ -221,6 +221,44 @@ impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
         Ok((remaining.min(self.burst_capacity), ahead.ceil_millis()))
     }
 
+    /// What a peek reports when the arrival time lies `ahead` of now before
+    /// any check: allowed with the units available now and the time until the
+    /// full burst is back, or (`Err`) the time until this check's cost would
+    /// fit. Durations round up to whole milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// The retry-after duration when the cost does not fit now.
+    pub fn peek(&self, ahead: Exact<UNITS_PER_MILLI>) -> Result<Decision, Duration> {
+        let after = ahead.saturating_add(self.increment, self.quota);
+        if after > self.tolerance {
+            return Err(after
+                .saturating_sub(self.tolerance, self.quota)
+                .ceil_millis());
+        }
+        // `ahead` is below `after`, so within the tolerance too.
+        let (remaining, reset_after) = self.outcome(ahead).unwrap_or((0, Duration::ZERO));
+        Ok(
+            Decision::allowed(self.burst_capacity, remaining, reset_after)
+                .unwrap_or_else(|_| unreachable!("remaining is clamped to the burst capacity")),
+        )
+    }
+
+    /// [`peek`](Self::peek) as a [`Decision`], a quota denial following the
+    /// policy's mode.
+    #[must_use]
+    pub fn peek_decision(&self, policy: &GcraPolicy, ahead: Exact<UNITS_PER_MILLI>) -> Decision {
+        self.peek(ahead).unwrap_or_else(|retry_after| {
+            Decision::for_mode(
+                policy.quota_mode(),
+                Denial::QuotaExceeded {
+                    capacity: self.burst_capacity,
+                    retry_after,
+                },
+            )
+        })
+    }
+
     /// [`outcome`](Self::outcome) as a [`Decision`], a quota denial following
     /// the policy's mode.
     #[must_use]

@@ -10,6 +10,8 @@
 //! * [`Check`]s and their outcomes ([`Decision`], [`Denial`], [`BatchDecision`]);
 //! * the asynchronous [`Limiter`] trait that backends implement: `runlimit-memory`
 //!   in process, `runlimit-postgres` and `runlimit-redis` across replicas;
+//! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s), peeks
+//!   and resets;
 //! * [`Observer`]s for privacy-preserving operational telemetry.
 //!
 //! HTTP field encoding lives in `runlimit-http` and the Tower/Axum admission layer
@@ -47,6 +49,7 @@ mod decision;
 pub mod gcra;
 mod id;
 pub mod key;
+mod lifecycle;
 mod limiter;
 mod observation;
 pub mod policy;
@@ -58,6 +61,7 @@ pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{
     CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,
 };
+pub use lifecycle::{Admission, Admitted, Lifecycle, Receipt, RefundError, Refunded, Stamp};
 pub use limiter::Limiter;
 pub use observation::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,

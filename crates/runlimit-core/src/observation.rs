@@ -15,6 +15,7 @@ use crate::{
     check::Check,
     decision::{BatchDecision, Decision, Denial},
     id::{PolicyId, ScopeId},
+    lifecycle::Refunded,
     policy::Policy,
 };
 
@@ -127,6 +128,31 @@ impl<'o> AdmissionReporter<'o> {
         notify(observer, |observer| observer.on_admission(&observation));
     }
 
+    /// Runs any backend operation on `checks`, timing it and reporting the
+    /// outcome `classify` gives its result; `may_have_applied` tells, for an
+    /// error, whether the operation may have taken effect anyway.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `operate` returns.
+    pub async fn observe<P: Policy + ?Sized, T, E>(
+        observer: Option<&'o dyn Observer>,
+        operation: Operation,
+        checks: &[Check<'_, P>],
+        operate: impl Future<Output = Result<T, E>>,
+        classify: impl FnOnce(&T) -> (AdmissionOutcome, Consumption, Option<usize>),
+        may_have_applied: impl FnOnce(&E) -> bool,
+    ) -> Result<T, E> {
+        let report = Self::start(observer);
+        let result = operate.await;
+        let outcome = match &result {
+            Ok(value) => classify(value),
+            Err(error) => AdmissionOutcome::of_failure(may_have_applied(error)),
+        };
+        report.finish(operation, checks, outcome);
+        result
+    }
+
     /// Runs a backend's single check, timing it and reporting its outcome.
     ///
     /// `decide` is the whole check, caller-error validation included;
@@ -142,14 +168,15 @@ impl<'o> AdmissionReporter<'o> {
         decide: impl Future<Output = Result<Decision, E>>,
         may_have_consumed: impl FnOnce(&E) -> bool,
     ) -> Result<Decision, E> {
-        let report = Self::start(observer);
-        let result = decide.await;
-        let outcome = match &result {
-            Ok(decision) => AdmissionOutcome::of_decision(decision),
-            Err(error) => AdmissionOutcome::of_failure(may_have_consumed(error)),
-        };
-        report.finish(Operation::Check, std::slice::from_ref(check), outcome);
-        result
+        Self::observe(
+            observer,
+            Operation::Check,
+            std::slice::from_ref(check),
+            decide,
+            AdmissionOutcome::of_decision,
+            may_have_consumed,
+        )
+        .await
     }
 
     /// Runs a backend's atomic batch, timing it and reporting its outcome; see
@@ -164,28 +191,53 @@ impl<'o> AdmissionReporter<'o> {
         decide: impl Future<Output = Result<BatchDecision, E>>,
         may_have_consumed: impl FnOnce(&E) -> bool,
     ) -> Result<BatchDecision, E> {
-        let report = Self::start(observer);
-        let result = decide.await;
-        let outcome = match &result {
-            Ok(batch) => AdmissionOutcome::of_batch(batch),
-            Err(error) => AdmissionOutcome::of_failure(may_have_consumed(error)),
-        };
-        report.finish(Operation::Batch, checks, outcome);
-        result
+        Self::observe(
+            observer,
+            Operation::Batch,
+            checks,
+            decide,
+            AdmissionOutcome::of_batch,
+            may_have_consumed,
+        )
+        .await
     }
 }
 
-/// Whether an observation is about a single check or an atomic batch.
+/// Which operation an observation is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
-    /// `Limiter::check`.
+    /// `Limiter::check` (or `Lifecycle::admit`).
     Check,
-    /// `Limiter::check_all`.
+    /// `Limiter::check_all` (or `Lifecycle::admit_all`).
     Batch,
+    /// [`Lifecycle::refund`](crate::Lifecycle::refund).
+    Refund,
+    /// [`Lifecycle::peek`](crate::Lifecycle::peek).
+    Peek,
+    /// [`Lifecycle::reset`](crate::Lifecycle::reset).
+    Reset,
 }
 
-/// How an admission ended.
+impl Operation {
+    /// A stable lowercase name, suitable for metric labels.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Check => "check",
+            Self::Batch => "batch",
+            Self::Refund => "refund",
+            Self::Peek => "peek",
+            Self::Reset => "reset",
+        }
+    }
+}
+
+/// How an operation ended.
+///
+/// Checks, batches and peeks end as one of the decision outcomes (a peek's
+/// is what a check would get); refunds and resets end with outcomes of
+/// their own; every operation can fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AdmissionOutcome {
@@ -199,9 +251,66 @@ pub enum AdmissionOutcome {
     CapacityDenied,
     /// The backend returned an error (a caller error or a failure).
     Failed,
+    /// A refund gave units back to at least one counter.
+    Refunded,
+    /// A refund gave nothing back: the window had renewed, the counter had
+    /// been reset, or time had already replenished what it consumed.
+    NotRefunded,
+    /// A reset forgot a live counter.
+    Reset,
+    /// A reset found no live counter.
+    NothingToReset,
 }
 
 impl AdmissionOutcome {
+    /// A stable lowercase name, suitable for metric labels.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::QuotaDenied => "quota_denied",
+            Self::ShadowDenied => "shadow_denied",
+            Self::CapacityDenied => "capacity_denied",
+            Self::Failed => "failed",
+            Self::Refunded => "refunded",
+            Self::NotRefunded => "not_refunded",
+            Self::Reset => "reset",
+            Self::NothingToReset => "nothing_to_reset",
+        }
+    }
+
+    /// Classifies a peek: the outcome the peeked decision reports, which
+    /// consumed nothing.
+    #[inline]
+    #[must_use]
+    pub fn of_peek(decision: &Decision) -> (Self, Consumption, Option<usize>) {
+        let (outcome, _, index) = Self::of_decision(decision);
+        (outcome, Consumption::NotConsumed, index)
+    }
+
+    /// Classifies a refund.
+    #[inline]
+    #[must_use]
+    pub fn of_refund(refunded: &Refunded) -> (Self, Consumption, Option<usize>) {
+        let outcome = if refunded.credited() > 0 {
+            Self::Refunded
+        } else {
+            Self::NotRefunded
+        };
+        (outcome, Consumption::NotConsumed, None)
+    }
+
+    /// Classifies a reset: whether a live counter existed.
+    #[inline]
+    #[must_use]
+    pub fn of_reset(existed: bool) -> (Self, Consumption, Option<usize>) {
+        let outcome = if existed {
+            Self::Reset
+        } else {
+            Self::NothingToReset
+        };
+        (outcome, Consumption::NotConsumed, None)
+    }
     /// Classifies a single check's decision: its outcome, whether it consumed
     /// quota, and the decisive index (0 for a denial).
     #[inline]
@@ -259,16 +368,31 @@ impl AdmissionOutcome {
     }
 }
 
-/// Whether an admission consumed quota.
+/// Whether an operation consumed quota (for refunds and resets: whether it
+/// changed a counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Consumption {
     /// Quota was consumed.
     Consumed,
-    /// Quota was definitely not consumed.
+    /// Quota was definitely not consumed (a failed refund or reset definitely
+    /// changed nothing).
     NotConsumed,
-    /// The outcome is unknown: for example a database commit whose reply was lost.
+    /// The outcome is unknown: for example a database commit whose reply was
+    /// lost (for a failed refund or reset: it may have been applied).
     PossiblyConsumed,
+}
+
+impl Consumption {
+    /// A stable lowercase name, suitable for metric labels.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Consumed => "consumed",
+            Self::NotConsumed => "not_consumed",
+            Self::PossiblyConsumed => "possibly_consumed",
+        }
+    }
 }
 
 /// The policy and scope of one check, as observations expose them.
@@ -292,7 +416,8 @@ impl<'a> PolicyLabel<'a> {
     }
 }
 
-/// One check or batch that a backend evaluated or failed.
+/// One operation (a check, batch, refund, peek or reset) that a backend
+/// performed or failed.
 #[derive(Debug, Clone, Copy)]
 pub struct AdmissionObservation<'a> {
     operation: Operation,

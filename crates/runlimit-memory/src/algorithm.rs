@@ -29,17 +29,39 @@ pub(crate) mod sealed {
 
     /// A per-key state as the two words an entry stores. The second word stays
     /// below 2<sup>63</sup>: the entry keeps its lock bit there.
+    ///
+    /// Every state carries a 32-bit version, which refunds compare with the
+    /// version a receipt recorded: it is drawn afresh when the table stores a
+    /// new key, and changes whenever a reset or refund invalidates the
+    /// receipts issued before it.
     pub trait Packed: Copy {
         /// The state as two words, the second below 2<sup>63</sup>.
         fn pack(self) -> [u64; 2];
         /// The state `pack` returned these words for.
         fn unpack(words: [u64; 2]) -> Self;
+        /// The state's version.
+        fn version(&self) -> u32;
+        /// The state with another version.
+        #[must_use]
+        fn with_version(self, version: u32) -> Self;
+    }
+
+    /// What a refund does to a stored state.
+    #[derive(Debug)]
+    pub enum Credit<S> {
+        /// Nothing to give back: the state stays as it is.
+        Nothing,
+        /// Store this state.
+        To(S),
     }
 
     pub trait Engine: Send + Sync + 'static {
         /// Per-key state; constant size.
         type State: Packed + Send + Sync + std::fmt::Debug + 'static;
         type Policy: runlimit_core::Policy;
+
+        /// The issuer name on this store's receipts.
+        const ISSUER: &'static str;
 
         /// Decides `cost` units at `now` for a key whose stored state is `state`
         /// (`None` for a key not stored). Never fails: costs are validated by
@@ -52,12 +74,64 @@ pub(crate) mod sealed {
         ) -> Evaluation<Self::State>;
 
         /// When the entry expires: from then on it is equivalent to an absent key
-        /// and may be removed. Never decreases while the key is stored.
+        /// and may be removed. Admissions never move it earlier; a reset or a
+        /// refund may, and the table then reclaims the entry when its recorded
+        /// bound passes.
         fn deadline(state: &Self::State) -> u64;
+
+        /// What `check` would get at `now` against `state` (`None` for a key
+        /// not stored), changing nothing: allowed with the units available now
+        /// and the time until the quota is full again, or denied (before the
+        /// quota mode applies) with the time until `cost` would fit.
+        fn peek(
+            policy: &Self::Policy,
+            state: Option<Self::State>,
+            cost: u64,
+            now: u64,
+        ) -> Result<Decision, Denial>;
+
+        /// What a receipt records about the state an admission left.
+        fn stamp(state: &Self::State) -> [u64; 3];
+
+        /// Refunds an admission of `cost` units that left `stamp`, from the
+        /// current `state` at `now`.
+        fn refund(
+            policy: &Self::Policy,
+            state: Self::State,
+            stamp: [u64; 3],
+            cost: u64,
+            now: u64,
+        ) -> Credit<Self::State>;
+
+        /// The state that forgets the counter at `now`: equivalent to an absent
+        /// key, with a version no earlier receipt carries.
+        fn forget(state: Self::State, now: u64) -> Self::State;
+    }
+
+    /// The next version after `version`, for a state whose receipts become
+    /// void.
+    pub(crate) fn next_version(version: u32) -> u32 {
+        version.wrapping_add(1)
     }
 }
 
-use sealed::{Engine, Evaluation, Packed};
+use sealed::{Credit, Engine, Evaluation, Packed, next_version};
+
+/// The low 30 bits of an entry's second word hold a count or a GCRA
+/// remainder (both at most `MAX_LIMIT`, below 2<sup>30</sup>); the next 32
+/// hold the version; bit 63 is the entry's lock.
+const LOW_BITS: u32 = 30;
+const LOW_MASK: u64 = (1 << LOW_BITS) - 1;
+
+fn pack_low(low: u64, version: u32) -> u64 {
+    (low & LOW_MASK) | (u64::from(version) << LOW_BITS)
+}
+
+fn unpack_low(word: u64) -> (u64, u32) {
+    // Masked to 32 bits, so the conversion cannot fail.
+    let version = u32::try_from((word >> LOW_BITS) & u64::from(u32::MAX)).unwrap_or(0);
+    (word & LOW_MASK, version)
+}
 
 /// The algorithm a [`Store`](crate::Store) runs; implemented by [`FixedWindow`]
 /// and [`Gcra`].
@@ -93,24 +167,41 @@ fn denial_for(capacity: u64, retry_after: Duration) -> Denial {
 pub struct WindowState {
     expires_at: u64,
     used: u64,
+    version: u32,
 }
 
 impl Packed for WindowState {
     #[inline]
     fn pack(self) -> [u64; 2] {
-        // `used` never exceeds the policy's limit, at most MAX_LIMIT < 2^63.
-        [self.expires_at, self.used]
+        // `used` never exceeds the policy's limit, at most MAX_LIMIT < 2^30.
+        [self.expires_at, pack_low(self.used, self.version)]
     }
 
     #[inline]
-    fn unpack([expires_at, used]: [u64; 2]) -> Self {
-        Self { expires_at, used }
+    fn unpack([expires_at, second]: [u64; 2]) -> Self {
+        let (used, version) = unpack_low(second);
+        Self {
+            expires_at,
+            used,
+            version,
+        }
+    }
+
+    #[inline]
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    #[inline]
+    fn with_version(self, version: u32) -> Self {
+        Self { version, ..self }
     }
 }
 
 impl Engine for FixedWindow {
     type State = WindowState;
     type Policy = FixedWindowPolicy;
+    const ISSUER: &'static str = "runlimit-memory/fixed_window";
 
     #[inline]
     fn evaluate(
@@ -120,13 +211,15 @@ impl Engine for FixedWindow {
         now: u64,
     ) -> Evaluation<WindowState> {
         // An expired window is the same as no window: the next allowed check
-        // anchors a new one.
-        let current = state
-            .filter(|window| window.expires_at > now)
-            .unwrap_or(WindowState {
+        // anchors a new one (keeping the entry's version).
+        let current = match state {
+            Some(window) if window.expires_at > now => window,
+            _ => WindowState {
                 expires_at: now.saturating_add(millis_to_nanos(policy.window_millis())),
                 used: 0,
-            });
+                version: state.map_or(0, |window| window.version),
+            },
+        };
         let limit = policy.limit();
         let remaining_before = limit.saturating_sub(current.used);
         let left = Duration::from_nanos(current.expires_at - now);
@@ -139,15 +232,93 @@ impl Engine for FixedWindow {
             .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"));
         Evaluation::Allowed {
             decision,
-            next: WindowState {
-                expires_at: current.expires_at,
-                used,
-            },
+            next: WindowState { used, ..current },
         }
     }
 
     fn deadline(state: &WindowState) -> u64 {
         state.expires_at
+    }
+
+    fn peek(
+        policy: &FixedWindowPolicy,
+        state: Option<WindowState>,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, Denial> {
+        let limit = policy.limit();
+        let (used, left) = match state {
+            Some(window) if window.expires_at > now && window.used > 0 => {
+                (window.used, Duration::from_nanos(window.expires_at - now))
+            }
+            // No live window: the whole quota is free now.
+            _ => (0, Duration::ZERO),
+        };
+        let remaining = limit.saturating_sub(used);
+        if cost > remaining {
+            return Err(denial_for(limit, left));
+        }
+        Ok(Decision::allowed(limit, remaining, left)
+            .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit")))
+    }
+
+    fn stamp(state: &WindowState) -> [u64; 3] {
+        [state.expires_at, state.used, u64::from(state.version)]
+    }
+
+    /// Gives `cost` back to the window the admission was counted in, if that
+    /// window is still the live one and no reset or re-anchoring has voided
+    /// the receipt:
+    ///
+    /// * if nothing else remains in the window, the window is forgotten, so
+    ///   the next check anchors a new one exactly as if the refunded check had
+    ///   never been admitted;
+    /// * if the refunded check started the window and later checks remain in
+    ///   it, the window those later checks would have started is unknown (it
+    ///   began at the first of them, some time before now), so the window is
+    ///   moved to end one window after now, never earlier than it would have,
+    ///   and the version changes, voiding the other receipts of the window,
+    ///   which credit nothing afterwards;
+    /// * otherwise `cost` is subtracted and the window keeps its anchor: the
+    ///   state is exactly what it would have been without the refunded check.
+    fn refund(
+        policy: &FixedWindowPolicy,
+        state: WindowState,
+        [expires_at, used_after, version]: [u64; 3],
+        cost: u64,
+        now: u64,
+    ) -> Credit<WindowState> {
+        if u64::from(state.version) != version
+            || state.expires_at != expires_at
+            || state.expires_at <= now
+            || state.used == 0
+        {
+            return Credit::Nothing;
+        }
+        if state.used <= cost {
+            return Credit::To(Self::forget(state, now));
+        }
+        if used_after == cost {
+            return Credit::To(WindowState {
+                expires_at: now
+                    .saturating_add(millis_to_nanos(policy.window_millis()))
+                    .max(state.expires_at),
+                used: state.used - cost,
+                version: next_version(state.version),
+            });
+        }
+        Credit::To(WindowState {
+            used: state.used - cost,
+            ..state
+        })
+    }
+
+    fn forget(state: WindowState, now: u64) -> WindowState {
+        WindowState {
+            expires_at: now.min(state.expires_at),
+            used: 0,
+            version: next_version(state.version),
+        }
     }
 }
 
@@ -155,26 +326,40 @@ impl Engine for FixedWindow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
     tat: ExactNanos,
+    version: u32,
 }
 
 impl Packed for GcraState {
     #[inline]
     fn pack(self) -> [u64; 2] {
-        // The remainder is below the quota, at most MAX_LIMIT < 2^63.
-        [self.tat.whole, self.tat.remainder]
+        // The remainder is below the quota, at most MAX_LIMIT < 2^30.
+        [self.tat.whole, pack_low(self.tat.remainder, self.version)]
     }
 
     #[inline]
-    fn unpack([whole, remainder]: [u64; 2]) -> Self {
+    fn unpack([whole, second]: [u64; 2]) -> Self {
+        let (remainder, version) = unpack_low(second);
         Self {
             tat: ExactNanos { whole, remainder },
+            version,
         }
+    }
+
+    #[inline]
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    #[inline]
+    fn with_version(self, version: u32) -> Self {
+        Self { version, ..self }
     }
 }
 
 impl Engine for Gcra {
     type State = GcraState;
     type Policy = GcraPolicy;
+    const ISSUER: &'static str = "runlimit-memory/gcra";
 
     #[inline]
     fn evaluate(
@@ -194,13 +379,85 @@ impl Engine for Gcra {
             Ok((remaining, reset_after)) => Evaluation::Allowed {
                 decision: Decision::allowed(policy.burst_capacity(), remaining, reset_after)
                     .unwrap_or_else(|_| unreachable!("remaining never exceeds the burst")),
-                next: GcraState { tat },
+                next: GcraState {
+                    tat,
+                    version: state.map_or(0, |state| state.version),
+                },
             },
         }
     }
 
     fn deadline(state: &GcraState) -> u64 {
         state.tat.ceil_whole()
+    }
+
+    fn peek(
+        policy: &GcraPolicy,
+        state: Option<GcraState>,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, Denial> {
+        let check = GcraNanos::new(policy, cost);
+        let now = ExactNanos::from_whole(now);
+        let ahead = state
+            .map_or(now, |state| state.tat.max(now))
+            .saturating_sub(now, check.quota);
+        check
+            .peek(ahead)
+            .map_err(|retry_after| denial_for(policy.burst_capacity(), retry_after))
+    }
+
+    fn stamp(state: &GcraState) -> [u64; 3] {
+        [
+            state.tat.whole,
+            state.tat.remainder,
+            u64::from(state.version),
+        ]
+    }
+
+    /// Gives back what is left of the admission's own replenishment: its
+    /// arrival time (the receipt's) lay its increment ahead of the state it
+    /// started from, and time since has replenished the earliest part first,
+    /// so `min(increment, tat_admitted - now)` is credited (nothing once the
+    /// admission's arrival time has passed). The credit never exceeds what a
+    /// replay of the same admissions without the refunded one would leave.
+    /// Crediting an admission that later ones queued behind changes the
+    /// version: their recorded arrival times no longer describe the state, so
+    /// their receipts credit nothing.
+    fn refund(
+        policy: &GcraPolicy,
+        state: GcraState,
+        [whole, remainder, version]: [u64; 3],
+        cost: u64,
+        now: u64,
+    ) -> Credit<GcraState> {
+        if u64::from(state.version) != version {
+            return Credit::Nothing;
+        }
+        let check = GcraNanos::new(policy, cost);
+        let admitted = ExactNanos { whole, remainder };
+        let credit = admitted
+            .saturating_sub(ExactNanos::from_whole(now), check.quota)
+            .min(check.increment);
+        if credit == ExactNanos::from_whole(0) {
+            return Credit::Nothing;
+        }
+        let version = if state.tat == admitted {
+            state.version
+        } else {
+            next_version(state.version)
+        };
+        Credit::To(GcraState {
+            tat: state.tat.saturating_sub(credit, check.quota),
+            version,
+        })
+    }
+
+    fn forget(state: GcraState, _now: u64) -> GcraState {
+        GcraState {
+            tat: ExactNanos::from_whole(0),
+            version: next_version(state.version),
+        }
     }
 }
 
@@ -292,12 +549,14 @@ mod tests {
                 whole: u64::MAX,
                 remainder: MAX_LIMIT - 1,
             },
+            version: u32::MAX,
         };
         assert_eq!(GcraState::unpack(gcra.pack()), gcra);
         assert_eq!(gcra.pack()[1] >> 63, 0);
         let window = WindowState {
             expires_at: u64::MAX,
             used: MAX_LIMIT,
+            version: u32::MAX,
         };
         assert_eq!(WindowState::unpack(window.pack()), window);
         assert_eq!(window.pack()[1] >> 63, 0);

@@ -1,8 +1,9 @@
 //! Why a memory store could not decide.
 
-use runlimit_core::BatchError;
+use runlimit_core::{BatchError, RefundError};
 
-/// Why a memory store could not decide a check or batch.
+/// Why a memory store could not decide a check or batch, or perform a
+/// refund, peek or reset.
 ///
 /// Treat every variant as an admission failure, distinct from a quota denial
 /// returned in a `Decision` or `BatchDecision`, and fail closed.
@@ -34,4 +35,8 @@ pub enum MemoryStoreError {
         /// The poisoned shard.
         shard_index: usize,
     },
+    /// A refund's receipt did not match its checks or came from another
+    /// kind of store. Nothing was changed.
+    #[error("invalid refund: {0}")]
+    InvalidRefund(#[from] RefundError),
 }

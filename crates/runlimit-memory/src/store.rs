@@ -10,15 +10,15 @@ use std::{
 use smallvec::SmallVec;
 
 use runlimit_core::{
-    AdmissionOutcome, AdmissionReporter, BatchDecision, CapacityObservation, Check,
-    CleanupObservation, Decision, Denial, Limiter, Observer, Operation, Policy, notify,
-    validate_batch,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, CapacityObservation,
+    Check, CleanupObservation, Decision, Denial, Lifecycle, Limiter, Observer, Operation, Policy,
+    Receipt, Refunded, Stamp, SubjectKey, notify, validate_batch,
 };
 
 use crate::{
     algorithm::{
         Algorithm,
-        sealed::{Evaluation, Packed},
+        sealed::{Credit, Evaluation, Packed},
     },
     clock::{Clock, SystemClock},
     config::MemoryStoreConfig,
@@ -42,6 +42,15 @@ pub struct Store<A: Algorithm> {
 
 /// Batches up to this size keep their working state on the stack.
 const INLINE_BATCH: usize = 4;
+
+/// The states an allowed batch committed, in check order (empty otherwise).
+type Committed<S> = SmallVec<[S; INLINE_BATCH]>;
+
+/// A single check's decision and, when allowed, the state it committed.
+type Checked<S> = Result<(Decision, Option<S>), MemoryStoreError>;
+
+/// A batch's decision and the states it committed.
+type BatchChecked<S> = Result<(BatchDecision, Committed<S>), MemoryStoreError>;
 
 /// One check of a batch while it is being decided.
 struct Item<S> {
@@ -111,6 +120,31 @@ impl<A: Algorithm> Store<A> {
     ///
     /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
     pub fn check(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
+        self.check_reported(check).map(|(decision, _)| decision)
+    }
+
+    /// Like [`check`](Self::check), also returning the receipt that refunds
+    /// the check when it was allowed; see [`Lifecycle`].
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check).
+    pub fn admit(
+        &self,
+        check: &Check<'_, A::Policy>,
+    ) -> Result<Admission<Decision>, MemoryStoreError> {
+        let (decision, committed) = self.check_reported(check)?;
+        let receipt = committed.map(|state| {
+            Receipt::new(
+                A::ISSUER,
+                [Admitted::new(check, Stamp::new(A::stamp(&state)))],
+            )
+        });
+        Ok(Admission::new(decision, receipt))
+    }
+
+    /// One check, observed; with the state it committed when allowed.
+    fn check_reported(&self, check: &Check<'_, A::Policy>) -> Checked<A::State> {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
@@ -120,7 +154,7 @@ impl<A: Algorithm> Store<A> {
             None => self.check_exclusive(shard_index, &key, check, &mut effects),
         };
         let outcome = match &result {
-            Ok(decision) => AdmissionOutcome::of_decision(decision),
+            Ok((decision, _)) => AdmissionOutcome::of_decision(decision),
             Err(_) => AdmissionOutcome::of_failure(false),
         };
         report.finish(Operation::Check, std::slice::from_ref(check), outcome);
@@ -136,7 +170,7 @@ impl<A: Algorithm> Store<A> {
         shard_index: usize,
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
-    ) -> Option<Result<Decision, MemoryStoreError>> {
+    ) -> Option<Checked<A::State>> {
         let shard = &self.shards[shard_index];
         let table = match shard.read(shard_index) {
             Ok(table) => table,
@@ -152,10 +186,12 @@ impl<A: Algorithm> Store<A> {
         Some(Ok(
             match A::evaluate(policy, Some(held.state()), check.cost(), now) {
                 // Dropping `held` releases the entry unchanged.
-                Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
+                Evaluation::Denied(denial) => {
+                    (Decision::for_mode(policy.quota_mode(), denial), None)
+                }
                 Evaluation::Allowed { decision, next } => {
                     held.commit(next);
-                    decision
+                    (decision, Some(next))
                 }
             },
         ))
@@ -168,7 +204,7 @@ impl<A: Algorithm> Store<A> {
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
         effects: &mut Effects,
-    ) -> Result<Decision, MemoryStoreError> {
+    ) -> Checked<A::State> {
         let shard = &self.shards[shard_index];
         let mut table = shard.write(shard_index)?;
         // Another check may have stored the key since it was looked up.
@@ -177,11 +213,13 @@ impl<A: Algorithm> Store<A> {
         let policy = check.policy();
         Ok(
             match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
-                Evaluation::Denied(denial) => Decision::for_mode(policy.quota_mode(), denial),
+                Evaluation::Denied(denial) => {
+                    (Decision::for_mode(policy.quota_mode(), denial), None)
+                }
                 Evaluation::Allowed { decision, next } => match found {
                     Some((slot, _)) => {
                         table.set_state(slot, next);
-                        decision
+                        (decision, Some(next))
                     }
                     None => {
                         self.clean(
@@ -191,16 +229,15 @@ impl<A: Algorithm> Store<A> {
                             &[],
                             effects,
                         );
-                        let decision = if table.headroom() == 0 {
-                            Decision::denied(capacity_denial(&table, now))
+                        let admitted = if table.headroom() == 0 {
+                            (Decision::denied(capacity_denial(&table, now)), None)
                         } else {
-                            table.insert(*key, next, A::deadline);
-                            decision
+                            (decision, Some(table.insert(*key, next, A::deadline)))
                         };
                         if self.observer.is_some() {
                             effects.capacity.push(capacity_of(&table, shard_index));
                         }
-                        decision
+                        admitted
                     }
                 },
             },
@@ -224,11 +261,39 @@ impl<A: Algorithm> Store<A> {
         &self,
         checks: &[Check<'_, A::Policy>],
     ) -> Result<BatchDecision, MemoryStoreError> {
+        self.check_all_reported(checks).map(|(batch, _)| batch)
+    }
+
+    /// Like [`check_all`](Self::check_all), also returning the receipt that
+    /// refunds the batch when it was allowed; see [`Lifecycle`].
+    ///
+    /// # Errors
+    ///
+    /// As [`check_all`](Self::check_all).
+    pub fn admit_all(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+    ) -> Result<Admission<BatchDecision>, MemoryStoreError> {
+        let (batch, committed) = self.check_all_reported(checks)?;
+        let receipt = batch.is_allowed().then(|| {
+            Receipt::new(
+                A::ISSUER,
+                checks
+                    .iter()
+                    .zip(&committed)
+                    .map(|(check, state)| Admitted::new(check, Stamp::new(A::stamp(state)))),
+            )
+        });
+        Ok(Admission::new(batch, receipt))
+    }
+
+    /// One batch, observed; with the states it committed when allowed.
+    fn check_all_reported(&self, checks: &[Check<'_, A::Policy>]) -> BatchChecked<A::State> {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let mut effects = Effects::default();
         let result = self.check_all_inner(checks, &mut effects);
         let outcome = match &result {
-            Ok(batch) => AdmissionOutcome::of_batch(batch),
+            Ok((batch, _)) => AdmissionOutcome::of_batch(batch),
             Err(_) => AdmissionOutcome::of_failure(false),
         };
         report.finish(Operation::Batch, checks, outcome);
@@ -240,7 +305,7 @@ impl<A: Algorithm> Store<A> {
         &self,
         checks: &[Check<'_, A::Policy>],
         effects: &mut Effects,
-    ) -> Result<BatchDecision, MemoryStoreError> {
+    ) -> BatchChecked<A::State> {
         validate_batch(checks, self.config.max_batch_size())?;
         let shard_count = self.shards.len();
         // Built by pushing in place: collecting into a SmallVec moves it afterwards.
@@ -348,6 +413,7 @@ impl<A: Algorithm> Store<A> {
         }
 
         let batch = BatchDecision::from_decisions(decisions);
+        let mut committed = Committed::new();
         if batch.is_allowed() {
             // Every check of an allowed batch has a next state. Stored keys are
             // updated before new keys go in, because an insert may move entries
@@ -357,18 +423,20 @@ impl<A: Algorithm> Store<A> {
                     guards[position_of(item.shard)].set_state(slot, next);
                 }
             }
-            for item in &items {
+            for item in &mut items {
                 if let (None, Some(next)) = (item.slot, item.next) {
-                    guards[position_of(item.shard)].insert(item.key, next, A::deadline);
+                    item.next =
+                        Some(guards[position_of(item.shard)].insert(item.key, next, A::deadline));
                 }
             }
+            committed.extend(items.iter().filter_map(|item| item.next));
         }
         if self.observer.is_some() {
             for (table, &shard_index) in guards.iter().zip(&shard_indices) {
                 effects.capacity.push(capacity_of(table, shard_index));
             }
         }
-        Ok(batch)
+        Ok((batch, committed))
     }
 
     /// Evaluates a batch whose keys are all stored, holding each shard only for
@@ -380,7 +448,7 @@ impl<A: Algorithm> Store<A> {
         items: &mut [Item<A::State>],
         shard_indices: &[usize],
         effects: &mut Effects,
-    ) -> Option<Result<BatchDecision, MemoryStoreError>> {
+    ) -> Option<BatchChecked<A::State>> {
         // Ascending, like exclusive holders, so the two never wait on each other
         // in a cycle.
         let mut tables: SmallVec<[SharedTable<'_, A::State>; INLINE_BATCH]> =
@@ -418,11 +486,13 @@ impl<A: Algorithm> Store<A> {
             }
         }
         let batch = BatchDecision::from_decisions(decisions);
+        let mut committed = Committed::new();
         if batch.is_allowed() {
             // Every check of an allowed batch has a next state.
             for (entry, item) in held.drain(..).zip(items.iter()) {
                 if let Some(next) = item.next {
                     entry.commit(next);
+                    committed.push(next);
                 }
             }
         }
@@ -432,7 +502,143 @@ impl<A: Algorithm> Store<A> {
                 effects.capacity.push(capacity_of(table, shard_index));
             }
         }
-        Some(Ok(batch))
+        Some(Ok((batch, committed)))
+    }
+
+    /// Gives back what `receipt` records for `checks` (the checks it was
+    /// issued for, in order); see [`Lifecycle`] and the algorithm's refund
+    /// rule. Each check is credited under its entry's lock; a key no longer
+    /// stored gets nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::InvalidRefund`] when the receipt does not match
+    /// `checks` (nothing changed); [`MemoryStoreError::PoisonedShard`] when a
+    /// targeted shard is poisoned (checks before it in the receipt may have
+    /// been credited).
+    pub fn refund(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        receipt: Receipt,
+    ) -> Result<Refunded, MemoryStoreError> {
+        let report = AdmissionReporter::start(self.observer.as_deref());
+        let result = self.refund_inner(checks, &receipt);
+        let outcome = match &result {
+            Ok(refunded) => AdmissionOutcome::of_refund(refunded),
+            Err(MemoryStoreError::InvalidRefund(_)) => AdmissionOutcome::of_failure(false),
+            Err(_) => AdmissionOutcome::of_failure(true),
+        };
+        report.finish(Operation::Refund, checks, outcome);
+        result
+    }
+
+    fn refund_inner(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        receipt: &Receipt,
+    ) -> Result<Refunded, MemoryStoreError> {
+        receipt.matches(A::ISSUER, checks)?;
+        let mut credited = 0;
+        for (check, admitted) in checks.iter().zip(receipt.admitted()) {
+            let credit = self.with_entry(check, |held, now| {
+                match A::refund(
+                    check.policy(),
+                    held.state(),
+                    admitted.stamp().words(),
+                    admitted.cost(),
+                    now,
+                ) {
+                    Credit::To(next) => {
+                        held.commit(next);
+                        true
+                    }
+                    // Dropping `held` releases the entry unchanged.
+                    Credit::Nothing => false,
+                }
+            })?;
+            credited += usize::from(credit == Some(true));
+        }
+        Ok(Refunded::new(credited, checks.len()))
+    }
+
+    /// What `check` would get now, consuming nothing and storing nothing (a
+    /// key not stored reads as a full quota); see [`Lifecycle::peek`].
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
+    pub fn peek(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
+        let report = AdmissionReporter::start(self.observer.as_deref());
+        let policy = check.policy();
+        let result = self
+            .with_entry(check, |held, now| {
+                A::peek(policy, Some(held.state()), check.cost(), now)
+            })
+            .map(|peeked| {
+                peeked
+                    .unwrap_or_else(|| A::peek(policy, None, check.cost(), self.now_nanos()))
+                    .unwrap_or_else(|denial| Decision::for_mode(policy.quota_mode(), denial))
+            });
+        let outcome = match &result {
+            Ok(decision) => AdmissionOutcome::of_peek(decision),
+            Err(_) => AdmissionOutcome::of_failure(false),
+        };
+        report.finish(Operation::Peek, std::slice::from_ref(check), outcome);
+        result
+    }
+
+    /// Forgets `subject`'s counter for `policy` and returns whether a live
+    /// counter existed; receipts issued before credit nothing afterwards. See
+    /// [`Lifecycle::reset`]. The entry's slot is reclaimed by bounded
+    /// cleanup once the deadline it had would have passed.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
+    pub fn reset(
+        &self,
+        policy: &A::Policy,
+        subject: &SubjectKey,
+    ) -> Result<bool, MemoryStoreError> {
+        let report = AdmissionReporter::start(self.observer.as_deref());
+        let check = Check::new(policy, *subject);
+        let result = self
+            .with_entry(&check, |held, now| {
+                let state = held.state();
+                if A::deadline(&state) <= now {
+                    return false;
+                }
+                held.commit(A::forget(state, now));
+                true
+            })
+            .map(|existed| existed == Some(true));
+        let outcome = match &result {
+            Ok(existed) => AdmissionOutcome::of_reset(*existed),
+            Err(_) => AdmissionOutcome::of_failure(false),
+        };
+        report.finish(Operation::Reset, std::slice::from_ref(&check), outcome);
+        result
+    }
+
+    /// Runs `operate` on `check`'s stored entry under its lock, at a time no
+    /// earlier than any operation on its shard before; `None` when the key is
+    /// not stored. Holds the shard only for reading.
+    fn with_entry<T>(
+        &self,
+        check: &Check<'_, A::Policy>,
+        operate: impl FnOnce(HeldEntry<'_>, u64) -> T,
+    ) -> Result<Option<T>, MemoryStoreError> {
+        let key = StoreKey::new(&check.counter_key());
+        let shard_index = key.shard(self.shards.len());
+        let shard = &self.shards[shard_index];
+        let table = shard.read(shard_index)?;
+        let Some(entry) = table.entry(&key) else {
+            return Ok(None);
+        };
+        let clock_now = self.now_nanos();
+        let held = entry.lock();
+        let now = shard.advance(clock_now);
+        Ok(Some(operate(held, now)))
     }
 
     /// Statistics for every shard: entries (including expired entries not yet
@@ -580,6 +786,50 @@ impl<A: Algorithm> fmt::Debug for Store<A> {
             .field("clock", &self.clock)
             .field("observer", &self.observer.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm> Lifecycle for Store<A>
+where
+    A::Policy: Policy,
+{
+    /// Runs [`Store::admit`] when first polled.
+    async fn admit(
+        &self,
+        check: &Check<'_, Self::Policy>,
+    ) -> Result<Admission<Decision>, Self::Error> {
+        Store::admit(self, check)
+    }
+
+    /// Runs [`Store::admit_all`] when first polled.
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<Admission<BatchDecision>, Self::Error> {
+        Store::admit_all(self, checks)
+    }
+
+    /// Runs [`Store::refund`] when first polled.
+    async fn refund(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+    ) -> Result<Refunded, Self::Error> {
+        Store::refund(self, checks, receipt)
+    }
+
+    /// Runs [`Store::peek`] when first polled.
+    async fn peek(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        Store::peek(self, check)
+    }
+
+    /// Runs [`Store::reset`] when first polled.
+    async fn reset(
+        &self,
+        policy: &Self::Policy,
+        subject: &SubjectKey,
+    ) -> Result<bool, Self::Error> {
+        Store::reset(self, policy, subject)
     }
 }
 

@@ -13,8 +13,10 @@
 //! held.
 //!
 //! The heap records, for every stored key, a lower bound of its deadline and the
-//! table bucket that holds the key: deadlines only move later while a key is
-//! stored, so admissions never touch the heap. Cleanup pops the earliest bound;
+//! table bucket that holds the key: admissions only move deadlines later, so
+//! they never touch the heap. (A reset or refund can move a deadline earlier;
+//! the entry is then reclaimed when its recorded bound passes, exactly when
+//! it would have been without the reset.) Cleanup pops the earliest bound;
 //! a key whose real deadline has moved is pushed back with the real value
 //! instead of removed. Buckets stay put until the table grows (or rehashes
 //! away its tombstones); the table then rebuilds the heap from the entries,
@@ -225,8 +227,17 @@ pub(crate) struct Table<S> {
     capacity: usize,
     /// `(deadline lower bound, bucket)` for every stored key, earliest first.
     expiry: BinaryHeap<Reverse<(u64, SlotId)>>,
+    /// Counts inserts; a new key's version is drawn from it.
+    inserts: u32,
     state: PhantomData<fn() -> S>,
 }
+
+/// An odd constant close to 2<sup>32</sup> / φ: successive inserts get
+/// versions spread over the whole 32-bit range, so a key stored again after
+/// a reset and cleanup almost never gets a version that a receipt issued
+/// before carries (a receipt's version is its entry's version at admission,
+/// plus the few invalidations since).
+const VERSION_STEP: u32 = 0x9E37_79B9;
 
 fn slot_id(bucket: usize) -> SlotId {
     // A shard holds at most MAX_KEYS (2^31) keys, so its table has at most 2^32
@@ -240,6 +251,7 @@ impl<S: Packed> Table<S> {
             entries: HashTable::new(),
             expiry: BinaryHeap::new(),
             capacity,
+            inserts: 0,
             state: PhantomData,
         }
     }
@@ -286,9 +298,12 @@ impl<S: Packed> Table<S> {
         }
     }
 
-    /// Stores a new key. The caller has checked that the shard has headroom.
+    /// Stores a new key with a fresh version, and returns the state as
+    /// stored. The caller has checked that the shard has headroom.
     /// Invalidates every slot returned before.
-    pub(crate) fn insert(&mut self, key: StoreKey, state: S, deadline: impl Fn(&S) -> u64) {
+    pub(crate) fn insert(&mut self, key: StoreKey, state: S, deadline: impl Fn(&S) -> u64) -> S {
+        self.inserts = self.inserts.wrapping_add(1);
+        let state = state.with_version(self.inserts.wrapping_mul(VERSION_STEP));
         // With no growth left, an insert that does not reuse a tombstone grows the
         // table or rehashes it in place, moving entries; either leaves room after.
         let was_full = self.entries.len() == self.entries.capacity();
@@ -300,7 +315,7 @@ impl<S: Packed> Table<S> {
             .bucket_index();
         if was_full && self.entries.len() < self.entries.capacity() {
             self.rebuild_expiry(&deadline);
-            return;
+            return state;
         }
         if self.expiry.len() == self.expiry.capacity() {
             let additional = self
@@ -312,6 +327,7 @@ impl<S: Packed> Table<S> {
         }
         self.expiry
             .push(Reverse((deadline(&state), slot_id(bucket))));
+        state
     }
 
     /// Records every stored key's real deadline under its current bucket.
@@ -397,6 +413,14 @@ mod tests {
 
         fn unpack([deadline, _]: [u64; 2]) -> Self {
             deadline
+        }
+
+        fn version(&self) -> u32 {
+            0
+        }
+
+        fn with_version(self, _: u32) -> Self {
+            self
         }
     }
 

@@ -418,6 +418,34 @@ fn time_never_moves_backwards_within_a_shard() {
 }
 
 #[test]
+fn peeks_store_nothing_and_resets_forget_without_growing_the_store() {
+    let clock = ManualClock::new();
+    let store = store(8, &clock);
+    let policy = policy(3, Duration::from_secs(60));
+    for n in 0..20 {
+        let peeked = store.peek(&Check::new(&policy, key(n))).expect("no error");
+        assert_eq!(peeked.remaining(), Some(3), "a key never seen reads full");
+    }
+    assert_eq!(store.stats().entries, 0, "peeks stored nothing");
+    assert!(!store.reset(&policy, &key(1)).expect("no error"));
+    assert_eq!(
+        store.stats().entries,
+        0,
+        "a reset of an absent key stores nothing"
+    );
+    store.check(&Check::new(&policy, key(1))).expect("no error");
+    assert!(store.reset(&policy, &key(1)).expect("no error"));
+    assert_eq!(
+        store.stats().entries,
+        1,
+        "the entry is reclaimed by cleanup, not by reset"
+    );
+    let fresh = store.check(&Check::new(&policy, key(1))).expect("no error");
+    assert_eq!(fresh.remaining(), Some(2));
+    assert_eq!(store.stats().entries, 1, "the reset entry is reused");
+}
+
+#[test]
 fn clear_forgets_every_counter() {
     let clock = ManualClock::new();
     let store = store(10, &clock);

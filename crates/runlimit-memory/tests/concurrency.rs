@@ -138,3 +138,54 @@ fn stored_key_checks_inserts_and_batches_racing_admit_exactly_the_limit() {
     assert!(totals.iter().all(|&total| total == LIMIT), "{totals:?}");
     assert_eq!(store.stats().entries, usize::from(KEYS));
 }
+
+#[test]
+fn threads_checking_and_refunding_one_key_never_exceed_the_limit_or_go_below_zero() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let limit = 100;
+    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::new(16).expect("valid")));
+    let policy = Arc::new(
+        FixedWindowPolicy::new(id(), scope(), limit, Duration::from_secs(3_600)).expect("valid"),
+    );
+    let admitted = Arc::new(AtomicU64::new(0));
+    let credited = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..4u64)
+        .map(|thread| {
+            let (store, policy) = (Arc::clone(&store), Arc::clone(&policy));
+            let (admitted, credited) = (Arc::clone(&admitted), Arc::clone(&credited));
+            thread::spawn(move || {
+                let check = Check::new(&*policy, SubjectKey::from_digest([11; 32]));
+                for round in 0..5_000u64 {
+                    let (decision, receipt) = store.admit(&check).expect("no error").into_parts();
+                    let Some(receipt) = receipt else {
+                        assert!(decision.is_denied());
+                        continue;
+                    };
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    // Refund two admissions in three, keep the third.
+                    if (round + thread) % 3 != 0 {
+                        let refunded = store.refund(&[check], receipt).expect("no error");
+                        credited.fetch_add(refunded.credited() as u64, Ordering::SeqCst);
+                    }
+                    let in_use = admitted.load(Ordering::SeqCst) - credited.load(Ordering::SeqCst);
+                    // Other threads may have admitted but not yet counted.
+                    assert!(in_use <= limit + 4, "{in_use} in use");
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().expect("thread");
+    }
+    let in_use = admitted.load(Ordering::SeqCst) - credited.load(Ordering::SeqCst);
+    assert!(in_use <= limit, "{in_use} units in use of {limit}");
+    // The counter holds exactly what was admitted and not given back.
+    let peeked = store
+        .peek(&Check::new(&*policy, SubjectKey::from_digest([11; 32])))
+        .expect("no error");
+    assert_eq!(
+        limit - peeked.remaining().unwrap_or(0),
+        in_use,
+        "{peeked:?}"
+    );
+}

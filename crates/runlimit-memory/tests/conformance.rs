@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use runlimit_conformance::{TimeControl, fixed_window_suite, gcra_suite};
+use runlimit_conformance::{
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+};
 use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig};
 
 struct Manual(ManualClock);
@@ -23,7 +25,8 @@ fn config() -> MemoryStoreConfig {
 async fn memory_store_passes_the_fixed_window_suite() {
     let clock = ManualClock::new();
     let store = MemoryStore::new(config()).with_clock(clock.clone());
-    fixed_window_suite(&store, &Manual(clock)).await;
+    fixed_window_suite(&store, &Manual(clock.clone())).await;
+    fixed_window_lifecycle_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]
@@ -31,12 +34,14 @@ async fn single_shard_memory_store_passes_the_fixed_window_suite() {
     let clock = ManualClock::new();
     let store =
         MemoryStore::new(MemoryStoreConfig::new(64).expect("valid")).with_clock(clock.clone());
-    fixed_window_suite(&store, &Manual(clock)).await;
+    fixed_window_suite(&store, &Manual(clock.clone())).await;
+    fixed_window_lifecycle_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]
 async fn gcra_store_passes_the_gcra_suite() {
     let clock = ManualClock::new();
     let store = GcraStore::new(config()).with_clock(clock.clone());
-    gcra_suite(&store, &Manual(clock)).await;
+    gcra_suite(&store, &Manual(clock.clone())).await;
+    gcra_lifecycle_suite(&store, &Manual(clock)).await;
 }

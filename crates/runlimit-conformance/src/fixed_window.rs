@@ -1,0 +1,274 @@
+//! Admission cases for anchored fixed windows.
+
+use std::time::Duration;
+
+use runlimit_core::{BatchDecision, Check, FixedWindowPolicy, Limiter, QuotaMode};
+
+use crate::{
+    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all,
+    fixed_window, scope, subject, unique_policy_id,
+};
+
+/// Runs every fixed-window case.
+pub async fn fixed_window_suite<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+    T: TimeControl,
+{
+    fixed_window_anchors_on_first_allowed_check(limiter, time).await;
+    fixed_window_denials_consume_nothing(limiter, time).await;
+    fixed_window_weighted_costs(limiter).await;
+    fixed_window_batches_are_atomic_and_ordered(limiter, time).await;
+    fixed_window_batch_caller_errors_consume_nothing(limiter).await;
+    fixed_window_shadow_mode(limiter).await;
+    fixed_window_retry_after_rounding(limiter, time).await;
+    fixed_window_policies_are_independent(limiter).await;
+}
+
+/// The first allowed check anchors the window; it renews only after the whole
+/// window elapses.
+pub async fn fixed_window_anchors_on_first_allowed_check<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+    T: TimeControl,
+{
+    let case = "fixed window anchoring";
+    let window = Duration::from_secs(10);
+    let policy = fixed_window("anchor", 3, window);
+    let check = Check::new(&policy, subject(1));
+    let first = decide(limiter, &check, case).await;
+    assert_allowed(case, &first, 2);
+    assert_close(
+        case,
+        "reset_after",
+        first.reset_after(),
+        window,
+        time.drift(),
+    );
+
+    time.advance(Duration::from_secs(4)).await;
+    let second = decide(limiter, &check, case).await;
+    assert_allowed(case, &second, 1);
+    assert_close(
+        case,
+        "reset_after",
+        second.reset_after(),
+        Duration::from_secs(6),
+        time.drift(),
+    );
+
+    time.advance(Duration::from_secs(6)).await;
+    let renewed = decide(limiter, &check, case).await;
+    assert_allowed(case, &renewed, 2);
+    assert_close(
+        case,
+        "reset_after",
+        renewed.reset_after(),
+        window,
+        time.drift(),
+    );
+}
+
+/// Denied checks consume nothing and do not move the window.
+pub async fn fixed_window_denials_consume_nothing<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+    T: TimeControl,
+{
+    let case = "fixed window denial";
+    let window = Duration::from_secs(60);
+    let policy = fixed_window("deny", 2, window);
+    let check = Check::new(&policy, subject(2));
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    for _ in 0..3 {
+        let denied = decide(limiter, &check, case).await;
+        assert_quota_denied(case, &denied);
+        assert!(
+            !denied.permits_request(),
+            "{case}: enforced denial permitted"
+        );
+        assert_close(
+            case,
+            "retry_after",
+            denied.retry_after(),
+            window,
+            time.drift(),
+        );
+    }
+    time.advance(window).await;
+    // The window expired at its anchored deadline despite the denials, and the
+    // whole limit is available again.
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+}
+
+/// Weighted checks consume their cost; one that does not fit consumes nothing.
+pub async fn fixed_window_weighted_costs<L>(limiter: &L)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+{
+    let case = "fixed window weighted";
+    let policy = fixed_window("weighted", 5, Duration::from_secs(60));
+    let weighted = |cost| {
+        Check::weighted(&policy, subject(3), cost).unwrap_or_else(|error| panic!("{case}: {error}"))
+    };
+    assert_allowed(case, &decide(limiter, &weighted(3), case).await, 2);
+    assert_quota_denied(case, &decide(limiter, &weighted(3), case).await);
+    assert_allowed(case, &decide(limiter, &weighted(2), case).await, 0);
+    assert_quota_denied(case, &decide(limiter, &weighted(1), case).await);
+}
+
+/// A batch is all-or-nothing and allowed decisions keep input order.
+pub async fn fixed_window_batches_are_atomic_and_ordered<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+    T: TimeControl,
+{
+    let case = "fixed window batch";
+    let client = fixed_window("batch.client", 5, Duration::from_secs(60));
+    let identity = fixed_window("batch.identity", 2, Duration::from_secs(30));
+    let checks = [
+        Check::new(&client, subject(4)),
+        Check::new(&identity, subject(5)),
+    ];
+
+    let first = decide_all(limiter, &checks, case).await;
+    let decisions = first
+        .decisions()
+        .unwrap_or_else(|| panic!("{case}: expected allowed, got {first:?}"));
+    assert_eq!(decisions.len(), 2, "{case}: decision count");
+    assert_eq!(decisions[0].limit(), Some(5), "{case}: order");
+    assert_eq!(decisions[1].limit(), Some(2), "{case}: order");
+    assert_allowed(case, &decisions[0], 4);
+    assert_allowed(case, &decisions[1], 1);
+
+    assert!(
+        decide_all(limiter, &checks, case).await.is_allowed(),
+        "{case}: second batch"
+    );
+    let denied = decide_all(limiter, &checks, case).await;
+    match denied {
+        BatchDecision::Denied { index, denial } => {
+            assert_eq!(index, 1, "{case}: denied index");
+            assert!(denial.is_quota_exceeded(), "{case}: denial kind");
+            assert_close(
+                case,
+                "retry_after",
+                denial.retry_after(),
+                Duration::from_secs(30),
+                time.drift(),
+            );
+        }
+        other => panic!("{case}: expected a denied batch, got {other:?}"),
+    }
+    // The denied batch consumed nothing from the client policy: 3 of 5 remain.
+    assert_allowed(case, &decide(limiter, &checks[0], case).await, 2);
+}
+
+/// Duplicate keys, mixed quota modes and empty batches are caller errors that
+/// consume nothing.
+pub async fn fixed_window_batch_caller_errors_consume_nothing<L>(limiter: &L)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+{
+    let case = "fixed window caller errors";
+    let policy = fixed_window("dupes", 2, Duration::from_secs(60));
+    let shadow =
+        fixed_window("dupes.shadow", 2, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
+    let check = Check::new(&policy, subject(6));
+    assert!(
+        limiter.check_all(&[check, check]).await.is_err(),
+        "{case}: duplicate accepted"
+    );
+    assert!(
+        limiter
+            .check_all(&[check, Check::new(&shadow, subject(6))])
+            .await
+            .is_err(),
+        "{case}: mixed modes accepted"
+    );
+    assert!(
+        limiter.check_all(&[]).await.is_err(),
+        "{case}: empty batch accepted"
+    );
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+}
+
+/// A shadow denial permits the request, reports it would deny, and consumes
+/// nothing; promoting the policy to enforcement keeps its counter.
+pub async fn fixed_window_shadow_mode<L>(limiter: &L)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+{
+    let case = "fixed window shadow";
+    let shadow =
+        fixed_window("shadow", 1, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
+    let check = Check::new(&shadow, subject(7));
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    let decision = decide(limiter, &check, case).await;
+    assert!(decision.is_shadow_denied(), "{case}: got {decision:?}");
+    assert!(
+        decision.permits_request() && decision.would_deny(),
+        "{case}: predicates"
+    );
+    let other =
+        fixed_window("shadow.other", 5, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
+    let batch = [Check::new(&other, subject(8)), check];
+    match decide_all(limiter, &batch, case).await {
+        BatchDecision::ShadowDenied { index: 1, .. } => {}
+        other => panic!("{case}: expected a shadow-denied batch, got {other:?}"),
+    }
+    // Nothing was consumed from the other policy by the shadow-denied batch.
+    assert_allowed(case, &decide(limiter, &batch[0], case).await, 4);
+
+    let enforced = shadow.clone().with_quota_mode(QuotaMode::Enforce);
+    assert_quota_denied(
+        case,
+        &decide(limiter, &Check::new(&enforced, subject(7)), case).await,
+    );
+}
+
+/// Retry-after durations are exact, and rounding to seconds goes up.
+pub async fn fixed_window_retry_after_rounding<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+    T: TimeControl,
+{
+    let case = "fixed window retry rounding";
+    let policy = fixed_window("retry", 1, Duration::from_millis(2_500));
+    let check = Check::new(&policy, subject(9));
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    time.advance(Duration::from_millis(1_000)).await;
+    let denied = decide(limiter, &check, case).await;
+    assert_close(
+        case,
+        "retry_after",
+        denied.retry_after(),
+        Duration::from_millis(1_500),
+        time.drift(),
+    );
+    assert_eq!(denied.retry_after_seconds(), Some(2), "{case}: rounded up");
+}
+
+/// Changing a fingerprinted parameter starts an independent counter.
+pub async fn fixed_window_policies_are_independent<L>(limiter: &L)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+{
+    let case = "fixed window independence";
+    let id = unique_policy_id("independent");
+    let small = FixedWindowPolicy::new(id.clone(), scope("client"), 1, Duration::from_secs(60))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let larger = FixedWindowPolicy::new(id, scope("client"), 2, Duration::from_secs(60))
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_allowed(
+        case,
+        &decide(limiter, &Check::new(&small, subject(10)), case).await,
+        0,
+    );
+    assert_allowed(
+        case,
+        &decide(limiter, &Check::new(&larger, subject(10)), case).await,
+        1,
+    );
+}
