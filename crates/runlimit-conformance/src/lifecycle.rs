@@ -36,21 +36,21 @@ async fn refund<L: Lifecycle>(
 ) -> Refunded {
     match limiter.refund(checks, receipt).await {
         Ok(refunded) => refunded,
-        Err(error) => panic!("{case}: backend error on refund: {error}"),
+        Err(error) => panic!("{case}: backend error on refund: {error:?}"),
     }
 }
 
 async fn peek<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> Decision {
     match limiter.peek(check).await {
         Ok(decision) => decision,
-        Err(error) => panic!("{case}: backend error on peek: {error}"),
+        Err(error) => panic!("{case}: backend error on peek: {error:?}"),
     }
 }
 
 async fn reset<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> bool {
     match limiter.reset(check.policy(), check.subject()).await {
         Ok(existed) => existed,
-        Err(error) => panic!("{case}: backend error on reset: {error}"),
+        Err(error) => panic!("{case}: backend error on reset: {error:?}"),
     }
 }
 

@@ -26,7 +26,10 @@ use std::{fmt, time::Duration};
 
 use sha2::{Digest, Sha256};
 
-use crate::id::{PolicyId, ScopeId};
+use crate::{
+    decision::{Decision, Denial},
+    id::{PolicyId, ScopeId},
+};
 
 /// The largest limit, GCRA quota or burst capacity a policy may have: 10<sup>9</sup>.
 ///
@@ -415,6 +418,27 @@ impl FixedWindowPolicy {
     #[must_use]
     pub fn window_millis(&self) -> u64 {
         self.window_ms
+    }
+
+    /// What a peek of `cost` units reports for a live window that has `used`
+    /// units and ends after `left` (`0` and [`Duration::ZERO`] when no window
+    /// is live): allowed with the units available now and the time until the
+    /// window ends, or a quota denial (following the quota mode) with that
+    /// time as the retry. Backends share it so peeks agree everywhere.
+    #[must_use]
+    pub fn peek_decision(&self, used: u64, left: Duration, cost: u64) -> Decision {
+        let remaining = self.limit.saturating_sub(used);
+        if cost > remaining {
+            return Decision::for_mode(
+                self.quota_mode,
+                Denial::QuotaExceeded {
+                    capacity: self.limit,
+                    retry_after: left,
+                },
+            );
+        }
+        Decision::allowed(self.limit, remaining, left)
+            .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"))
     }
 }
 

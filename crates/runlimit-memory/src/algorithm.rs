@@ -81,14 +81,10 @@ pub(crate) mod sealed {
 
         /// What `check` would get at `now` against `state` (`None` for a key
         /// not stored), changing nothing: allowed with the units available now
-        /// and the time until the quota is full again, or denied (before the
-        /// quota mode applies) with the time until `cost` would fit.
-        fn peek(
-            policy: &Self::Policy,
-            state: Option<Self::State>,
-            cost: u64,
-            now: u64,
-        ) -> Result<Decision, Denial>;
+        /// and the time until the quota is full again, or denied (following
+        /// the quota mode) with the time until `cost` would fit.
+        fn peek(policy: &Self::Policy, state: Option<Self::State>, cost: u64, now: u64)
+        -> Decision;
 
         /// What a receipt records about the state an admission left.
         fn stamp(state: &Self::State) -> [u64; 3];
@@ -245,8 +241,7 @@ impl Engine for FixedWindow {
         state: Option<WindowState>,
         cost: u64,
         now: u64,
-    ) -> Result<Decision, Denial> {
-        let limit = policy.limit();
+    ) -> Decision {
         let (used, left) = match state {
             Some(window) if window.expires_at > now && window.used > 0 => {
                 (window.used, Duration::from_nanos(window.expires_at - now))
@@ -254,12 +249,7 @@ impl Engine for FixedWindow {
             // No live window: the whole quota is free now.
             _ => (0, Duration::ZERO),
         };
-        let remaining = limit.saturating_sub(used);
-        if cost > remaining {
-            return Err(denial_for(limit, left));
-        }
-        Ok(Decision::allowed(limit, remaining, left)
-            .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit")))
+        policy.peek_decision(used, left, cost)
     }
 
     fn stamp(state: &WindowState) -> [u64; 3] {
@@ -391,20 +381,13 @@ impl Engine for Gcra {
         state.tat.ceil_whole()
     }
 
-    fn peek(
-        policy: &GcraPolicy,
-        state: Option<GcraState>,
-        cost: u64,
-        now: u64,
-    ) -> Result<Decision, Denial> {
+    fn peek(policy: &GcraPolicy, state: Option<GcraState>, cost: u64, now: u64) -> Decision {
         let check = GcraNanos::new(policy, cost);
         let now = ExactNanos::from_whole(now);
         let ahead = state
             .map_or(now, |state| state.tat.max(now))
             .saturating_sub(now, check.quota);
-        check
-            .peek(ahead)
-            .map_err(|retry_after| denial_for(policy.burst_capacity(), retry_after))
+        check.peek_decision(policy, ahead)
     }
 
     fn stamp(state: &GcraState) -> [u64; 3] {

@@ -575,9 +575,7 @@ impl<A: Algorithm> Store<A> {
                 A::peek(policy, Some(held.state()), check.cost(), now)
             })
             .map(|peeked| {
-                peeked
-                    .unwrap_or_else(|| A::peek(policy, None, check.cost(), self.now_nanos()))
-                    .unwrap_or_else(|denial| Decision::for_mode(policy.quota_mode(), denial))
+                peeked.unwrap_or_else(|| A::peek(policy, None, check.cost(), self.now_nanos()))
             });
         let outcome = match &result {
             Ok(decision) => AdmissionOutcome::of_peek(decision),

@@ -1,12 +1,14 @@
 //! Why the PostgreSQL backend could not decide, and whether quota may be gone.
 
-use runlimit_core::BatchError;
+use runlimit_core::{BatchError, RefundError};
 
-/// Why a check or batch failed. Fail closed on every variant.
+/// Why a check, batch, refund, peek or reset failed. Fail closed on every
+/// variant.
 ///
 /// [`may_have_consumed_quota`](Self::may_have_consumed_quota) separates failures
-/// that definitely changed nothing from those whose commit outcome is unknown;
-/// do not blindly retry the latter as part of a non-idempotent operation.
+/// that definitely changed nothing from those whose commit outcome is unknown
+/// (for a refund or reset: that may have been applied); do not blindly retry
+/// the latter as part of a non-idempotent operation.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckError {
@@ -14,6 +16,10 @@ pub enum CheckError {
     /// Nothing was sent.
     #[error("invalid batch: {0}")]
     InvalidBatch(#[from] BatchError),
+    /// A refund's receipt did not match its checks or came from another kind
+    /// of backend. Nothing was sent.
+    #[error("invalid refund: {0}")]
+    InvalidRefund(#[from] RefundError),
     /// No pooled connection became available in time. Nothing was sent.
     #[error("timed out acquiring a database connection")]
     PoolTimeout,

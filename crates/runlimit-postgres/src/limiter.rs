@@ -8,8 +8,9 @@ use std::{
 };
 
 use runlimit_core::{
-    AdmissionReporter, BatchDecision, Check, CleanupObservation, Decision, Denial,
-    FixedWindowPolicy, GcraPolicy, Limiter, Observer, Policy,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, Check,
+    CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter,
+    Observer, Operation, Policy, Receipt, Refunded, Stamp, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     notify, validate_batch,
 };
@@ -35,14 +36,52 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     #[doc(hidden)]
     const CLEANUP: &'static str;
 
-    /// Decides every check in one statement and returns one decision per check,
-    /// in input order, having changed nothing unless every check was allowed.
+    /// The issuer name on this policy type's receipts.
+    #[doc(hidden)]
+    const ISSUER: &'static str;
+
+    /// Decides every check in one statement and returns one decision per
+    /// check, in input order, with what a receipt needs, having changed
+    /// nothing unless every check was allowed.
     #[doc(hidden)]
     fn decide(
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-    ) -> impl Future<Output = Result<Vec<Decision>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Decided>, sqlx::Error>> + Send;
+
+    /// Refunds what `admitted` records for `checks` in one statement; whether
+    /// each check was credited.
+    #[doc(hidden)]
+    fn refund(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        config: &PostgresConfig,
+    ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
+
+    /// What `check` would get now, in one read-only statement.
+    #[doc(hidden)]
+    fn peek(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+    ) -> impl Future<Output = Result<Decision, sqlx::Error>> + Send;
+
+    /// Deletes `check`'s counter in one statement; whether it was live.
+    #[doc(hidden)]
+    fn reset(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        config: &PostgresConfig,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+}
+
+/// One check's decision and what its receipt records.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Decided {
+    decision: Decision,
+    stamp: Stamp,
 }
 
 /// A quota shared by every replica connected to one PostgreSQL database.
@@ -203,21 +242,25 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             })
     }
 
-    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decision>, CheckError> {
+    /// Runs one statement on a connection within the operation timeout, and
+    /// classifies its failure. A connection whose statement ended cleanly
+    /// (answered, or refused by the server, which rolled back) is kept or
+    /// returned; any other is closed.
+    async fn run<T>(
+        &self,
+        operate: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, CheckError> {
         let mut guard = self.acquire().await?;
-        let decided = tokio::time::timeout(
-            self.config.operation_timeout(),
-            P::decide(guard.connection(), checks, &self.config),
-        )
-        .await;
-        match decided {
+        let ran =
+            tokio::time::timeout(self.config.operation_timeout(), operate(guard.connection()))
+                .await;
+        match ran {
             // The guard closes the connection: the statement may still be running.
             Err(_) => Err(CheckError::OperationTimeout),
-            Ok(Ok(decisions)) if decisions.len() == checks.len() => {
+            Ok(Ok(value)) => {
                 guard.keep();
-                Ok(decisions)
+                Ok(value)
             }
-            Ok(Ok(_)) => Err(CheckError::UnexpectedReply),
             Ok(Err(error)) => {
                 let error = classify(error);
                 if matches!(error, CheckError::Database(_)) {
@@ -227,6 +270,19 @@ impl<P: PgPolicy> PostgresLimiter<P> {
                 }
                 Err(error)
             }
+        }
+    }
+
+    /// Decides `checks` in one statement: a decision, and a stamp for the
+    /// receipt, per check.
+    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decided>, CheckError> {
+        let decided = self
+            .run(async |connection| P::decide(connection, checks, &self.config).await)
+            .await?;
+        if decided.len() == checks.len() {
+            Ok(decided)
+        } else {
+            Err(CheckError::UnexpectedReply)
         }
     }
 
@@ -290,30 +346,122 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         }
     }
 
-    async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+    async fn check_one(&self, check: &Check<'_, P>) -> Result<Decided, CheckError> {
         let decide = async {
-            let mut decisions = self.decide(std::slice::from_ref(check)).await?;
-            decisions.pop().ok_or(CheckError::UnexpectedReply)
+            let mut decided = self.decide(std::slice::from_ref(check)).await?;
+            decided.pop().ok_or(CheckError::UnexpectedReply)
         };
-        AdmissionReporter::observe_check(
+        AdmissionReporter::observe(
             self.observer.as_deref(),
-            check,
+            Operation::Check,
+            std::slice::from_ref(check),
             decide,
+            |decided| AdmissionOutcome::of_decision(&decided.decision),
             CheckError::may_have_consumed_quota,
         )
         .await
     }
 
-    async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+    async fn check_batch(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<(BatchDecision, Vec<Decided>), CheckError> {
         let decide = async {
             validate_batch(checks, self.config.max_batch_size())
                 .map_err(CheckError::InvalidBatch)?;
-            self.decide(checks).await.map(BatchDecision::from_decisions)
+            let decided = self.decide(checks).await?;
+            let batch = BatchDecision::from_decisions(
+                decided.iter().map(|decided| decided.decision).collect(),
+            );
+            Ok((batch, decided))
         };
-        AdmissionReporter::observe_batch(
+        AdmissionReporter::observe(
             self.observer.as_deref(),
+            Operation::Batch,
             checks,
             decide,
+            |(batch, _)| AdmissionOutcome::of_batch(batch),
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
+    async fn admit_one(&self, check: &Check<'_, P>) -> Result<Admission<Decision>, CheckError> {
+        let decided = self.check_one(check).await?;
+        let receipt = decided
+            .decision
+            .is_allowed()
+            .then(|| Receipt::new(P::ISSUER, [Admitted::new(check, decided.stamp)]));
+        Ok(Admission::new(decided.decision, receipt))
+    }
+
+    async fn admit_batch(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<Admission<BatchDecision>, CheckError> {
+        let (batch, decided) = self.check_batch(checks).await?;
+        let receipt = batch.is_allowed().then(|| {
+            Receipt::new(
+                P::ISSUER,
+                checks
+                    .iter()
+                    .zip(&decided)
+                    .map(|(check, decided)| Admitted::new(check, decided.stamp)),
+            )
+        });
+        Ok(Admission::new(batch, receipt))
+    }
+
+    async fn refund_receipt(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+    ) -> Result<Refunded, CheckError> {
+        let refund = async {
+            receipt.matches(P::ISSUER, checks)?;
+            let credited = self
+                .run(async |connection| {
+                    P::refund(connection, checks, receipt.admitted(), &self.config).await
+                })
+                .await?;
+            if credited.len() != checks.len() {
+                return Err(CheckError::UnexpectedReply);
+            }
+            let count = credited.iter().filter(|&&credited| credited).count();
+            Ok(Refunded::new(count, checks.len()))
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Refund,
+            checks,
+            refund,
+            AdmissionOutcome::of_refund,
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
+    async fn peek_check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Peek,
+            std::slice::from_ref(check),
+            self.run(async |connection| P::peek(connection, check).await),
+            AdmissionOutcome::of_peek,
+            // A read-only statement changes nothing, whatever became of it.
+            |_| false,
+        )
+        .await
+    }
+
+    async fn reset_counter(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
+        let check = Check::new(policy, *subject);
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Reset,
+            std::slice::from_ref(&check),
+            self.run(async |connection| P::reset(connection, &check, &self.config).await),
+            |existed| AdmissionOutcome::of_reset(*existed),
             CheckError::may_have_consumed_quota,
         )
         .await
@@ -327,14 +475,53 @@ macro_rules! limiter_for {
             type Error = CheckError;
 
             async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.check_one(check).await
+                self.check_one(check).await.map(|decided| decided.decision)
             }
 
             async fn check_all(
                 &self,
                 checks: &[Check<'_, $policy>],
             ) -> Result<BatchDecision, CheckError> {
-                self.check_batch(checks).await
+                self.check_batch(checks).await.map(|(batch, _)| batch)
+            }
+        }
+
+        /// Each refund, peek and reset is one statement (one round trip) on
+        /// PostgreSQL's clock, with the lock order and error classes of
+        /// checks; see [`Lifecycle`] and the algorithm's refund rule.
+        impl Lifecycle for PostgresLimiter<$policy> {
+            async fn admit(
+                &self,
+                check: &Check<'_, $policy>,
+            ) -> Result<Admission<Decision>, CheckError> {
+                self.admit_one(check).await
+            }
+
+            async fn admit_all(
+                &self,
+                checks: &[Check<'_, $policy>],
+            ) -> Result<Admission<BatchDecision>, CheckError> {
+                self.admit_batch(checks).await
+            }
+
+            async fn refund(
+                &self,
+                checks: &[Check<'_, $policy>],
+                receipt: Receipt,
+            ) -> Result<Refunded, CheckError> {
+                self.refund_receipt(checks, receipt).await
+            }
+
+            async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
+                self.peek_check(check).await
+            }
+
+            async fn reset(
+                &self,
+                policy: &$policy,
+                subject: &SubjectKey,
+            ) -> Result<bool, CheckError> {
+                self.reset_counter(policy, subject).await
             }
         }
     };
@@ -343,20 +530,20 @@ macro_rules! limiter_for {
 limiter_for!(FixedWindowPolicy);
 limiter_for!(GcraPolicy);
 
+/// The advisory-lock id of one counter key.
+fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
+    let key = check.counter_key().to_bytes();
+    let mut word = [0u8; 8];
+    for (index, byte) in word.iter_mut().enumerate() {
+        *byte = key[index] ^ key[32 + index];
+    }
+    i64::from_be_bytes(word)
+}
+
 /// The advisory-lock ids of a batch: derived from each counter key, sorted and
 /// deduplicated so every transaction locks in one global order.
 fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
-    let mut ids: Vec<i64> = checks
-        .iter()
-        .map(|check| {
-            let key = check.counter_key().to_bytes();
-            let mut word = [0u8; 8];
-            for (index, byte) in word.iter_mut().enumerate() {
-                *byte = key[index] ^ key[32 + index];
-            }
-            i64::from_be_bytes(word)
-        })
-        .collect();
+    let mut ids: Vec<i64> = checks.iter().map(lock_id).collect();
     ids.sort_unstable();
     ids.dedup();
     ids
@@ -378,6 +565,16 @@ fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
+/// A stamp word as the signed integer PostgreSQL stores (and back): the
+/// bit pattern is kept, so every value round-trips.
+fn word_to_i64(word: u64) -> i64 {
+    i64::from_ne_bytes(word.to_ne_bytes())
+}
+
+fn i64_to_word(value: i64) -> u64 {
+    u64::from_ne_bytes(value.to_ne_bytes())
+}
+
 const OUTCOME_ALLOWED: i16 = 0;
 const OUTCOME_QUOTA: i16 = 1;
 
@@ -386,14 +583,19 @@ fn capacity_decision() -> Decision {
     Decision::denied(Denial::StorageCapacity { retry_after: None })
 }
 
+fn micros_between(later: i64, earlier: i64) -> Duration {
+    Duration::from_micros(as_u64(later.saturating_sub(earlier)))
+}
+
 impl PgPolicy for FixedWindowPolicy {
     const CLEANUP: &'static str = "SELECT runlimit_cleanup_fixed_windows($1, $2)";
+    const ISSUER: &'static str = "runlimit-postgres/fixed_window";
 
     async fn decide(
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-    ) -> Result<Vec<Decision>, sqlx::Error> {
+    ) -> Result<Vec<Decided>, sqlx::Error> {
         let limits: Vec<i64> = checks
             .iter()
             .map(|check| as_i64(check.policy().limit()))
@@ -422,16 +624,17 @@ impl PgPolicy for FixedWindowPolicy {
             .zip(rows)
             .map(|(check, row)| {
                 let outcome: i16 = row.try_get(0)?;
-                let used = as_u64(row.try_get(1)?);
-                let left = Duration::from_micros(as_u64(
-                    row.try_get::<i64, _>(2)? - row.try_get::<i64, _>(3)?,
-                ));
+                let used: i64 = row.try_get(1)?;
+                let expires_us: i64 = row.try_get(2)?;
+                let left = micros_between(expires_us, row.try_get(3)?);
                 let policy = check.policy();
-                Ok(match outcome {
-                    OUTCOME_ALLOWED => {
-                        Decision::allowed(policy.limit(), policy.limit().saturating_sub(used), left)
-                            .map_err(|error| sqlx::Error::Decode(Box::new(error)))?
-                    }
+                let decision = match outcome {
+                    OUTCOME_ALLOWED => Decision::allowed(
+                        policy.limit(),
+                        policy.limit().saturating_sub(as_u64(used)),
+                        left,
+                    )
+                    .map_err(|error| sqlx::Error::Decode(Box::new(error)))?,
                     OUTCOME_QUOTA => Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
@@ -440,20 +643,98 @@ impl PgPolicy for FixedWindowPolicy {
                         },
                     ),
                     _ => capacity_decision(),
-                })
+                };
+                // The window the admission counts in, and the count it left.
+                let stamp = Stamp::new([i64_to_word(expires_us), as_u64(used), 0]);
+                Ok(Decided { decision, stamp })
             })
             .collect()
+    }
+
+    async fn refund(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        config: &PostgresConfig,
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        let stamp_word = |index: usize| -> Vec<i64> {
+            admitted
+                .iter()
+                .map(|admitted| word_to_i64(admitted.stamp().words()[index]))
+                .collect()
+        };
+        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let windows: Vec<i64> = checks
+            .iter()
+            .map(|check| as_i64(check.policy().window_millis().saturating_mul(1_000)))
+            .collect();
+        let rows = sqlx::query(
+            "SELECT r_credited FROM runlimit_refund_fixed_windows($1, $2, $3, $4, $5, $6, $7, $8) \
+             ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(costs)
+        .bind(stamp_word(0))
+        .bind(stamp_word(1))
+        .bind(windows)
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        rows.into_iter().map(|row| row.try_get(0)).collect()
+    }
+
+    async fn peek(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+    ) -> Result<Decision, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT w.used, (EXTRACT(EPOCH FROM w.window_expires_at) * 1000000)::bigint, \
+             (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
+             FROM runlimit_fixed_windows AS w WHERE w.counter_key = $1",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .fetch_optional(connection)
+        .await?;
+        let live = match row {
+            Some(row) => {
+                let used: i64 = row.try_get(0)?;
+                let expires_us: i64 = row.try_get(1)?;
+                let now_us: i64 = row.try_get(2)?;
+                (expires_us > now_us && used > 0)
+                    .then(|| (as_u64(used), micros_between(expires_us, now_us)))
+            }
+            None => None,
+        };
+        let (used, left) = live.unwrap_or((0, Duration::ZERO));
+        Ok(check.policy().peek_decision(used, left, check.cost()))
+    }
+
+    async fn reset(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        config: &PostgresConfig,
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT runlimit_reset_fixed_windows($1, $2, $3, $4)")
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_one(connection)
+            .await
     }
 }
 
 impl PgPolicy for GcraPolicy {
     const CLEANUP: &'static str = "SELECT runlimit_cleanup_gcra($1, $2)";
+    const ISSUER: &'static str = "runlimit-postgres/gcra";
 
     async fn decide(
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-    ) -> Result<Vec<Decision>, sqlx::Error> {
+    ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<GcraMicros> = checks
             .iter()
             .map(|check| GcraMicros::new(check.policy(), check.cost()))
@@ -462,7 +743,7 @@ impl PgPolicy for GcraPolicy {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
         let rows = sqlx::query(
-            "SELECT r_outcome, r_ahead_us, r_ahead_rem \
+            "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
              FROM runlimit_check_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY r_index",
         )
         .bind(counter_keys(checks))
@@ -483,15 +764,104 @@ impl PgPolicy for GcraPolicy {
             .zip(&exact)
             .map(|((check, row), exact)| {
                 let outcome: i16 = row.try_get(0)?;
+                let ahead_us: i64 = row.try_get(1)?;
                 let ahead = ExactMicros {
-                    whole: as_u64(row.try_get(1)?),
+                    whole: as_u64(ahead_us),
                     remainder: as_u64(row.try_get(2)?),
                 };
-                Ok(match outcome {
+                let now_us: i64 = row.try_get(3)?;
+                let version: i64 = row.try_get(4)?;
+                let decision = match outcome {
                     OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
                     _ => capacity_decision(),
-                })
+                };
+                // The arrival time the admission left, and the row's version.
+                let stamp = Stamp::new([
+                    i64_to_word(now_us.saturating_add(ahead_us)),
+                    ahead.remainder,
+                    i64_to_word(version),
+                ]);
+                Ok(Decided { decision, stamp })
             })
             .collect()
+    }
+
+    async fn refund(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        config: &PostgresConfig,
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        let exact: Vec<GcraMicros> = checks
+            .iter()
+            .map(|check| GcraMicros::new(check.policy(), check.cost()))
+            .collect();
+        let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
+            exact.iter().map(|check| as_i64(value(check))).collect()
+        };
+        let stamp_word = |index: usize| -> Vec<i64> {
+            admitted
+                .iter()
+                .map(|admitted| word_to_i64(admitted.stamp().words()[index]))
+                .collect()
+        };
+        let rows = sqlx::query(
+            "SELECT r_credited FROM runlimit_refund_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(column(|check| check.quota))
+        .bind(column(|check| check.increment.whole))
+        .bind(column(|check| check.increment.remainder))
+        .bind(stamp_word(0))
+        .bind(stamp_word(1))
+        .bind(stamp_word(2))
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        rows.into_iter().map(|row| row.try_get(0)).collect()
+    }
+
+    async fn peek(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+    ) -> Result<Decision, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT g.tat_us, g.tat_rem, \
+             (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
+             FROM runlimit_gcra AS g WHERE g.counter_key = $1",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .fetch_optional(connection)
+        .await?;
+        let exact = GcraMicros::new(check.policy(), check.cost());
+        let ahead = match row {
+            Some(row) => {
+                let tat = ExactMicros {
+                    whole: as_u64(row.try_get(0)?),
+                    remainder: as_u64(row.try_get(1)?),
+                };
+                let now = ExactMicros::from_whole(as_u64(row.try_get(2)?));
+                tat.saturating_sub(now, exact.quota)
+            }
+            None => ExactMicros::from_whole(0),
+        };
+        Ok(exact.peek_decision(check.policy(), ahead))
+    }
+
+    async fn reset(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        config: &PostgresConfig,
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT runlimit_reset_gcra($1, $2, $3, $4)")
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_one(connection)
+            .await
     }
 }

@@ -668,3 +668,118 @@ async fn observers_see_outcomes_consumption_and_cleanup() {
     );
     assert_eq!(recorder.1.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_pools_checking_and_refunding_one_key_never_exceed_the_limit() {
+    use runlimit_core::Lifecycle;
+    use std::sync::atomic::AtomicU64;
+    let Some(schema) = common::schema("refund_race").await else {
+        return;
+    };
+    schema.migrated_pool(1).await;
+    let limit = 30;
+    let policy = Arc::new(policy("refunded", limit, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let credited = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for pool in 0..4 {
+        let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+            schema.pool(4).await,
+            PostgresConfig::default()
+                .with_operation_timeout(Duration::from_secs(10))
+                .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
+                .expect("valid"),
+        ));
+        for task in 0..8u64 {
+            let (limiter, policy) = (Arc::clone(&limiter), Arc::clone(&policy));
+            let (admitted, credited) = (Arc::clone(&admitted), Arc::clone(&credited));
+            tasks.push(tokio::spawn(async move {
+                let check = Check::new(&*policy, key(12, 12));
+                for round in 0..12u64 {
+                    let admission = limiter.admit(&check).await.expect("no error");
+                    let (_, Some(receipt)) = admission.into_parts() else {
+                        continue;
+                    };
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    // Refund two admissions in three, keep the third.
+                    if (round + task + pool) % 3 != 0 {
+                        let refunded = limiter.refund(&[check], receipt).await.expect("no error");
+                        credited.fetch_add(refunded.credited() as u64, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let in_use = admitted.load(Ordering::SeqCst) - credited.load(Ordering::SeqCst);
+    assert!(in_use <= limit, "{in_use} units in use of {limit}");
+    let used: i64 = sqlx::query_scalar("SELECT used FROM runlimit_fixed_windows")
+        .fetch_one(&schema.pool(1).await)
+        .await
+        .expect("the counter");
+    assert_eq!(u64::try_from(used).expect("never below zero"), in_use);
+}
+
+#[tokio::test]
+async fn peeks_store_nothing_and_resets_delete_the_row() {
+    use runlimit_core::Lifecycle;
+    let Some(schema) = common::schema("peek_rows").await else {
+        return;
+    };
+    let pool = schema.migrated_pool(2).await;
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let gcra: PostgresLimiter<GcraPolicy> = fixed.for_policy();
+    let window = policy("peeked", 3, Duration::from_secs(60));
+    let rate = GcraPolicy::new(
+        PolicyId::new("peeked").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(60),
+        3,
+    )
+    .expect("valid");
+    let rows = || async {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM runlimit_fixed_windows) + (SELECT count(*) FROM runlimit_gcra)",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        let ledger: i64 = sqlx::query_scalar("SELECT sum(used) FROM runlimit_capacity_ledger")
+            .fetch_one(&pool)
+            .await
+            .expect("ledger");
+        (count, ledger)
+    };
+    for n in 0..10 {
+        let peeked = fixed
+            .peek(&Check::new(&window, key(20, n)))
+            .await
+            .expect("peek");
+        assert_eq!(peeked.remaining(), Some(3));
+        let peeked = gcra
+            .peek(&Check::new(&rate, key(20, n)))
+            .await
+            .expect("peek");
+        assert_eq!(peeked.remaining(), Some(3));
+    }
+    assert_eq!(rows().await, (0, 0), "peeks stored and reserved nothing");
+    fixed
+        .check(&Check::new(&window, key(20, 1)))
+        .await
+        .expect("check");
+    gcra.check(&Check::new(&rate, key(20, 1)))
+        .await
+        .expect("check");
+    assert_eq!(rows().await, (2, 2));
+    assert!(fixed.reset(&window, &key(20, 1)).await.expect("reset"));
+    assert!(gcra.reset(&rate, &key(20, 1)).await.expect("reset"));
+    assert_eq!(
+        rows().await,
+        (0, 0),
+        "a reset deletes the row and frees its slot"
+    );
+    assert!(!fixed.reset(&window, &key(20, 1)).await.expect("reset"));
+}

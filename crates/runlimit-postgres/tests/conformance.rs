@@ -2,7 +2,9 @@
 
 mod common;
 
-use runlimit_conformance::{fixed_window_suite, gcra_suite};
+use runlimit_conformance::{
+    fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+};
 use runlimit_core::{FixedWindowPolicy, GcraPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
@@ -15,6 +17,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
         PostgresLimiter::<FixedWindowPolicy>::new(schema.pool(4).await, PostgresConfig::default());
     limiter.migrate().await.expect("migrate");
     fixed_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    fixed_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }
 
 #[tokio::test]
@@ -26,4 +29,5 @@ async fn gcra_passes_the_conformance_suite() {
         PostgresLimiter::<GcraPolicy>::new(schema.pool(4).await, PostgresConfig::default());
     limiter.migrate().await.expect("migrate");
     gcra_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    gcra_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }

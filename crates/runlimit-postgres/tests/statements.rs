@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId};
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
 /// Counts the statements SQLx executes, from its per-query trace events.
@@ -82,5 +82,27 @@ async fn every_check_and_batch_is_a_single_statement() {
         .await
         .expect("gcra batch");
         assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "GCRA batch");
+
+        let before = counter.0.load(Ordering::SeqCst);
+        let admission = fixed.admit_all(&checks[..2]).await.expect("admit");
+        let receipt = admission.into_parts().1.expect("allowed");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "admission");
+        let before = counter.0.load(Ordering::SeqCst);
+        fixed.refund(&checks[..2], receipt).await.expect("refund");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "refund of a batch"
+        );
+        let before = counter.0.load(Ordering::SeqCst);
+        gcra.peek(&Check::new(&gcra_policy, key(4, round)))
+            .await
+            .expect("peek");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "peek");
+        let before = counter.0.load(Ordering::SeqCst);
+        gcra.reset(&gcra_policy, &key(4, round))
+            .await
+            .expect("reset");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "reset");
     }
 }

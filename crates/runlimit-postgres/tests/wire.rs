@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId};
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{
     Executor, PgPool,
@@ -183,6 +183,20 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
         gcra.check(&Check::new(&gcra_policy, key(1, 0)))
             .await
             .expect("warm");
+        // Prepare the lifecycle statements too.
+        let warm = [
+            Check::new(&window, key(6, 0)),
+            Check::new(&other, key(6, 0)),
+        ];
+        let receipt = fixed.admit_all(&warm).await.expect("warm").into_parts().1;
+        fixed
+            .refund(&warm, receipt.expect("allowed"))
+            .await
+            .expect("warm");
+        gcra.peek(&Check::new(&gcra_policy, key(1, 0)))
+            .await
+            .expect("warm");
+        gcra.reset(&gcra_policy, &key(1, 0)).await.expect("warm");
         proxy.take();
         // A message sent after an operation returned (such as a ping on
         // release) shows up at the start of the next operation's record, so
@@ -205,6 +219,26 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
                 .await
                 .expect("gcra");
             assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: GCRA check");
+            // Refunds, peeks and resets: one round trip each too.
+            let batch = [
+                Check::new(&window, key(5, round)),
+                Check::new(&other, key(5, round)),
+            ];
+            let receipt = fixed.admit_all(&batch).await.expect("admit").into_parts().1;
+            proxy.take();
+            fixed
+                .refund(&batch, receipt.expect("allowed"))
+                .await
+                .expect("refund");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: refund");
+            gcra.peek(&Check::new(&gcra_policy, key(3, round)))
+                .await
+                .expect("peek");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: peek");
+            gcra.reset(&gcra_policy, &key(3, round))
+                .await
+                .expect("reset");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: reset");
         }
     }
 

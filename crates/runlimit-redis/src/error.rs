@@ -1,8 +1,9 @@
 //! Why the Redis backend could not decide, and whether quota may be gone.
 
-use runlimit_core::BatchError;
+use runlimit_core::{BatchError, RefundError};
 
-/// Why a check or batch failed. Fail closed on every variant.
+/// Why a check, batch, refund, peek or reset failed. Fail closed on every
+/// variant.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckError {
@@ -10,6 +11,10 @@ pub enum CheckError {
     /// Nothing was sent.
     #[error("invalid batch: {0}")]
     InvalidBatch(#[from] BatchError),
+    /// A refund's receipt did not match its checks or came from another kind
+    /// of backend. Nothing was sent.
+    #[error("invalid refund: {0}")]
+    InvalidRefund(#[from] RefundError),
     /// The batch's keys live in different cluster hash slots, so no single
     /// script can touch them atomically. Structural; nothing was sent. Choose
     /// [`KeyRouting::SingleSlot`](crate::KeyRouting::SingleSlot) or check the
@@ -39,8 +44,9 @@ pub enum CheckError {
 }
 
 impl CheckError {
-    /// Whether the failed operation may have consumed quota: `false` means it
-    /// definitely did not; `true` means the outcome is unknown.
+    /// Whether the failed operation may have consumed quota (for a refund or
+    /// reset: may have been applied): `false` means it definitely did not;
+    /// `true` means the outcome is unknown.
     #[must_use]
     pub fn may_have_consumed_quota(&self) -> bool {
         matches!(

@@ -1,19 +1,23 @@
 -- GCRA for a batch of counters, decided atomically.
--- State: one string "tat_us:tat_rem" per counter: the theoretical arrival time
--- as whole microseconds and a remainder in units of 1/quota microsecond.
+-- State: one string "tat_us:tat_rem:version" per counter: the theoretical
+-- arrival time as whole microseconds and a remainder in units of 1/quota
+-- microsecond, and the version refunds compare with their receipts (the
+-- creation time of the counter, in microseconds; counters stored before
+-- versions existed read as version 0).
 -- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
 -- increment_rem, tolerance_us, tolerance_rem (products already reduced by the
 -- client, so every value here stays below 2^53).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), ahead_us,
--- ahead_rem (how far the new arrival time lies ahead of now).
+-- ahead_rem (how far the new arrival time lies ahead of now) and the version;
+-- then now_us.
 -- Like fixed_window.lua, the script avoids pattern matching, global lookups
 -- and table growth for the common single check.
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local n = #KEYS
-local reply = n == 1 and {0, 0, 0} or {}
-local tat_us, tat_rem = {}, {}
+local reply = n == 1 and {0, 0, 0, 0, 0} or {}
+local tat_us, tat_rem, versions = {}, {}, {}
 local denied = false
 for i = 1, n do
     local base = 5 * (i - 1)
@@ -21,13 +25,16 @@ for i = 1, n do
     local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
     local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
     -- start = max(stored arrival time, now); unreadable state starts at now.
-    local t, r = now, 0
+    -- A counter not stored starts with its creation time as version.
+    local t, r, version = now, 0, now
     local state = redis.call('GET', KEYS[i])
     if state then
         local separator = find(state, ':', 1, true)
         if separator then
+            local second = find(state, ':', separator + 1, true)
             local stored_t = tonumber(sub(state, 1, separator - 1))
-            local stored_r = tonumber(sub(state, separator + 1))
+            local stored_r = tonumber(sub(state, separator + 1, second and second - 1 or nil))
+            version = second and tonumber(sub(state, second + 1)) or 0
             if stored_t and stored_r and (stored_t > now or (stored_t == now and stored_r > 0)) then
                 t, r = stored_t, stored_r
             end
@@ -46,8 +53,9 @@ for i = 1, n do
         outcome = 1
         denied = true
     end
-    local at = 3 * i
-    reply[at - 2], reply[at - 1], reply[at] = outcome, ahead, r
+    versions[i] = version
+    local at = 4 * i
+    reply[at - 3], reply[at - 2], reply[at - 1], reply[at] = outcome, ahead, r, version
 end
 if not denied then
     for i = 1, n do
@@ -57,8 +65,9 @@ if not denied then
         if tat_rem[i] > 0 then
             expires = expires + 1
         end
-        redis.call('SET', KEYS[i], format('%d:%d', tat_us[i], tat_rem[i]),
+        redis.call('SET', KEYS[i], format('%d:%d:%d', tat_us[i], tat_rem[i], versions[i]),
             'PX', ceil((expires - now) / 1000) + 1)
     end
 end
+reply[4 * n + 1] = now
 return reply

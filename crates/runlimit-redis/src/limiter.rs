@@ -8,11 +8,13 @@ use std::{
 };
 
 use redis::{
-    Script, aio::ConnectionLike, cluster::ClusterClientBuilder, cluster_async::ClusterConnection,
+    FromRedisValue, Script, aio::ConnectionLike, cluster::ClusterClientBuilder,
+    cluster_async::ClusterConnection,
 };
 use runlimit_core::{
-    AdmissionReporter, BatchDecision, Check, Decision, Denial, FixedWindowPolicy, GcraPolicy,
-    Limiter, Observer, Policy,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, Check, Decision,
+    Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation, Policy,
+    Receipt, Refunded, Stamp, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     validate_batch,
 };
@@ -24,9 +26,29 @@ use crate::{
     keys::{hash_slot, redis_key},
 };
 
-static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+/// A Lua script, with its source for `EVAL` when `EVALSHA` keeps missing.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Lua {
+    script: Script,
+    code: &'static str,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        Self {
+            script: Script::new(code),
+            code,
+        }
+    }
+}
+
+static FIXED_WINDOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("fixed_window.lua")));
+static GCRA: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("gcra.lua")));
+static FIXED_WINDOW_REFUND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("fixed_window_refund.lua")));
+static GCRA_REFUND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("gcra_refund.lua")));
+static PEEK: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("peek.lua")));
 
 mod sealed {
     pub trait Sealed {}
@@ -37,13 +59,25 @@ mod sealed {
 /// The policies Redis can evaluate: [`FixedWindowPolicy`] and [`GcraPolicy`].
 /// Sealed.
 pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
-    /// The script and its arguments for `checks`, and how to read its reply.
+    /// The issuer name on this policy type's receipts.
     #[doc(hidden)]
-    fn script() -> &'static Script;
+    const ISSUER: &'static str;
+    /// The admission script and its arguments for `checks`, and how to read
+    /// its reply: a decision and a receipt stamp per check.
+    #[doc(hidden)]
+    fn script() -> &'static Lua;
     #[doc(hidden)]
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
     #[doc(hidden)]
-    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>>;
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>>;
+    /// The refund script and its arguments for a receipt's `admitted` checks.
+    #[doc(hidden)]
+    fn refund_script() -> &'static Lua;
+    #[doc(hidden)]
+    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64>;
+    /// What a peek of `check` reports for the state read at `now_us`.
+    #[doc(hidden)]
+    fn peek_decision(check: &Check<'_, Self>, now_us: i64, state: Option<&str>) -> Decision;
 }
 
 /// A quota shared through Redis or Redis Cluster.
@@ -113,7 +147,9 @@ where
         &self.config
     }
 
-    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decision>, CheckError> {
+    /// The Redis keys of `checks`; on a cluster, refused unless they share
+    /// one hash slot.
+    fn keys(&self, checks: &[Check<'_, P>]) -> Result<Vec<String>, CheckError> {
         let keys: Vec<String> = checks
             .iter()
             .map(|check| redis_key(&self.config, &check.counter_key()))
@@ -126,57 +162,188 @@ where
                 return Err(CheckError::CrossSlot { slots: slots.len() });
             }
         }
-        let mut invocation = P::script().prepare_invoke();
-        for key in &keys {
+        Ok(keys)
+    }
+
+    /// Runs `lua` on `keys` with `arguments` within the operation timeout.
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[String],
+        arguments: &[i64],
+    ) -> Result<T, CheckError> {
+        let mut invocation = lua.script.prepare_invoke();
+        for key in keys {
             invocation.key(key);
         }
-        for argument in P::arguments(checks) {
-            invocation.arg(argument);
+        for argument in arguments {
+            invocation.arg(*argument);
         }
         let mut connection = self.connection.clone();
         let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
-        // `invoke_async` answers NOSCRIPT by loading the script and retrying once;
-        // a flush racing that reload yields NOSCRIPT again. The script did not run,
-        // so trying again is safe.
-        let mut attempts = 0;
-        let reply: Vec<i64> = loop {
-            attempts += 1;
-            match tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection)).await
+        // `invoke_async` sends EVALSHA and answers NOSCRIPT by loading the
+        // script and sending EVALSHA again; a SCRIPT FLUSH racing that reload
+        // yields NOSCRIPT once more. The script did not run, so sending it
+        // whole with EVAL, which cannot miss, is safe.
+        let reply =
+            match tokio::time::timeout_at(deadline, invocation.invoke_async::<T>(&mut connection))
+                .await
             {
                 Err(_) => return Err(CheckError::OperationTimeout),
-                Ok(Err(error))
-                    if error.kind() == redis::ErrorKind::NoScriptError && attempts < 3 => {}
-                Ok(Err(error)) => return Err(classify(error)),
-                Ok(Ok(reply)) => break reply,
-            }
-        };
+                Ok(Err(error)) if error.kind() == redis::ErrorKind::NoScriptError => {
+                    let mut eval = redis::cmd("EVAL");
+                    eval.arg(lua.code).arg(keys.len()).arg(keys).arg(arguments);
+                    tokio::time::timeout_at(deadline, eval.query_async::<T>(&mut connection)).await
+                }
+                Ok(result) => Ok(result),
+            };
+        match reply {
+            Err(_) => Err(CheckError::OperationTimeout),
+            Ok(Err(error)) => Err(classify(error)),
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+
+    async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<(Decision, Stamp)>, CheckError> {
+        let keys = self.keys(checks)?;
+        let reply: Vec<i64> = self
+            .invoke(P::script(), &keys, &P::arguments(checks))
+            .await?;
         P::decisions(checks, &reply).ok_or(CheckError::UnexpectedReply)
     }
 
-    async fn check_one(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+    async fn check_one(&self, check: &Check<'_, P>) -> Result<(Decision, Stamp), CheckError> {
         let decide = async {
             let mut decisions = self.decide(std::slice::from_ref(check)).await?;
             decisions.pop().ok_or(CheckError::UnexpectedReply)
         };
-        AdmissionReporter::observe_check(
+        AdmissionReporter::observe(
             self.observer.as_deref(),
-            check,
+            Operation::Check,
+            std::slice::from_ref(check),
             decide,
+            |(decision, _)| AdmissionOutcome::of_decision(decision),
             CheckError::may_have_consumed_quota,
         )
         .await
     }
 
-    async fn check_batch(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+    async fn check_batch(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<(BatchDecision, Vec<Stamp>), CheckError> {
         let decide = async {
             validate_batch(checks, self.config.max_batch_size())
                 .map_err(CheckError::InvalidBatch)?;
-            self.decide(checks).await.map(BatchDecision::from_decisions)
+            let (decisions, stamps) = self.decide(checks).await?.into_iter().unzip();
+            Ok((BatchDecision::from_decisions(decisions), stamps))
         };
-        AdmissionReporter::observe_batch(
+        AdmissionReporter::observe(
             self.observer.as_deref(),
+            Operation::Batch,
             checks,
             decide,
+            |(batch, _)| AdmissionOutcome::of_batch(batch),
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
+    async fn admit_one(&self, check: &Check<'_, P>) -> Result<Admission<Decision>, CheckError> {
+        let (decision, stamp) = self.check_one(check).await?;
+        let receipt = decision
+            .is_allowed()
+            .then(|| Receipt::new(P::ISSUER, [Admitted::new(check, stamp)]));
+        Ok(Admission::new(decision, receipt))
+    }
+
+    async fn admit_batch(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<Admission<BatchDecision>, CheckError> {
+        let (batch, stamps) = self.check_batch(checks).await?;
+        let receipt = batch.is_allowed().then(|| {
+            Receipt::new(
+                P::ISSUER,
+                checks
+                    .iter()
+                    .zip(stamps)
+                    .map(|(check, stamp)| Admitted::new(check, stamp)),
+            )
+        });
+        Ok(Admission::new(batch, receipt))
+    }
+
+    async fn refund_receipt(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+    ) -> Result<Refunded, CheckError> {
+        let refund = async {
+            receipt.matches(P::ISSUER, checks)?;
+            let keys = self.keys(checks)?;
+            let arguments = P::refund_arguments(checks, receipt.admitted());
+            let credited: Vec<i64> = self.invoke(P::refund_script(), &keys, &arguments).await?;
+            if credited.len() != checks.len() {
+                return Err(CheckError::UnexpectedReply);
+            }
+            let count = credited.iter().filter(|&&credited| credited == 1).count();
+            Ok(Refunded::new(count, checks.len()))
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Refund,
+            checks,
+            refund,
+            AdmissionOutcome::of_refund,
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
+    async fn peek_check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        let peek = async {
+            let keys = self.keys(std::slice::from_ref(check))?;
+            let (now_us, state): (i64, Option<String>) = self.invoke(&PEEK, &keys, &[]).await?;
+            Ok(P::peek_decision(check, now_us, state.as_deref()))
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Peek,
+            std::slice::from_ref(check),
+            peek,
+            AdmissionOutcome::of_peek,
+            // A read-only script changes nothing, whatever became of it.
+            |_| false,
+        )
+        .await
+    }
+
+    async fn reset_counter(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
+        let check = Check::new(policy, *subject);
+        let reset = async {
+            let key = redis_key(&self.config, &check.counter_key());
+            let mut connection = self.connection.clone();
+            let mut command = redis::cmd("DEL");
+            command.arg(&key);
+            match tokio::time::timeout(
+                self.config.operation_timeout(),
+                command.query_async::<i64>(&mut connection),
+            )
+            .await
+            {
+                Err(_) => Err(CheckError::OperationTimeout),
+                Ok(Err(error)) => Err(classify(error)),
+                // Counters expire with their state, so a stored one is live.
+                Ok(Ok(deleted)) => Ok(deleted > 0),
+            }
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Reset,
+            std::slice::from_ref(&check),
+            reset,
+            |existed| AdmissionOutcome::of_reset(*existed),
             CheckError::may_have_consumed_quota,
         )
         .await
@@ -273,14 +440,57 @@ macro_rules! limiter_for {
             type Error = CheckError;
 
             async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.check_one(check).await
+                self.check_one(check).await.map(|(decision, _)| decision)
             }
 
             async fn check_all(
                 &self,
                 checks: &[Check<'_, $policy>],
             ) -> Result<BatchDecision, CheckError> {
-                self.check_batch(checks).await
+                self.check_batch(checks).await.map(|(batch, _)| batch)
+            }
+        }
+
+        /// Each refund and peek is one atomic script on Redis's clock, a
+        /// reset one `DEL`; on a cluster they work for any key (a batch's
+        /// refund, like the batch, for keys of one slot). See [`Lifecycle`]
+        /// and the algorithm's refund rule.
+        impl<C> Lifecycle for RedisLimiter<C, $policy>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            async fn admit(
+                &self,
+                check: &Check<'_, $policy>,
+            ) -> Result<Admission<Decision>, CheckError> {
+                self.admit_one(check).await
+            }
+
+            async fn admit_all(
+                &self,
+                checks: &[Check<'_, $policy>],
+            ) -> Result<Admission<BatchDecision>, CheckError> {
+                self.admit_batch(checks).await
+            }
+
+            async fn refund(
+                &self,
+                checks: &[Check<'_, $policy>],
+                receipt: Receipt,
+            ) -> Result<Refunded, CheckError> {
+                self.refund_receipt(checks, receipt).await
+            }
+
+            async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
+                self.peek_check(check).await
+            }
+
+            async fn reset(
+                &self,
+                policy: &$policy,
+                subject: &SubjectKey,
+            ) -> Result<bool, CheckError> {
+                self.reset_counter(policy, subject).await
             }
         }
     };
@@ -298,8 +508,29 @@ fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
+/// A stamp word as the signed integer a script handles (and back): the bit
+/// pattern is kept, so every value round-trips.
+fn word_to_i64(word: u64) -> i64 {
+    i64::from_ne_bytes(word.to_ne_bytes())
+}
+
+fn i64_to_word(value: i64) -> u64 {
+    u64::from_ne_bytes(value.to_ne_bytes())
+}
+
+/// The two or three integers of a stored state, `first:second[:third]`.
+fn parse_state(state: &str) -> Option<(i64, i64, i64)> {
+    let mut fields = state.split(':').map(str::parse::<i64>);
+    let first = fields.next()?.ok()?;
+    let second = fields.next()?.ok()?;
+    let third = fields.next().transpose().ok()?.unwrap_or(0);
+    Some((first, second, third))
+}
+
 impl RedisPolicy for FixedWindowPolicy {
-    fn script() -> &'static Script {
+    const ISSUER: &'static str = "runlimit-redis/fixed_window";
+
+    fn script() -> &'static Lua {
         &FIXED_WINDOW
     }
 
@@ -317,7 +548,7 @@ impl RedisPolicy for FixedWindowPolicy {
             .collect()
     }
 
-    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>> {
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>> {
         let now = *reply.last()?;
         if reply.len() != checks.len() * 3 + 1 {
             return None;
@@ -328,29 +559,66 @@ impl RedisPolicy for FixedWindowPolicy {
             .map(|(check, values)| {
                 let policy = check.policy();
                 let left = Duration::from_micros(as_u64(values[2] - now));
-                match values[0] {
+                let decision = match values[0] {
                     0 => Decision::allowed(
                         policy.limit(),
                         policy.limit().saturating_sub(as_u64(values[1])),
                         left,
                     )
-                    .ok(),
-                    1 => Some(Decision::for_mode(
+                    .ok()?,
+                    1 => Decision::for_mode(
                         policy.quota_mode(),
                         Denial::QuotaExceeded {
                             capacity: policy.limit(),
                             retry_after: left,
                         },
-                    )),
-                    _ => None,
-                }
+                    ),
+                    _ => return None,
+                };
+                // The window the admission counts in, and the count it left.
+                let stamp = Stamp::new([i64_to_word(values[2]), as_u64(values[1]), 0]);
+                Some((decision, stamp))
             })
             .collect()
+    }
+
+    fn refund_script() -> &'static Lua {
+        &FIXED_WINDOW_REFUND
+    }
+
+    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+        checks
+            .iter()
+            .zip(admitted)
+            .flat_map(|(check, admitted)| {
+                let [expires, used_after, _] = admitted.stamp().words();
+                [
+                    as_i64(check.cost()),
+                    word_to_i64(expires),
+                    word_to_i64(used_after),
+                    as_i64(check.policy().window_millis().saturating_mul(1_000)),
+                ]
+            })
+            .collect()
+    }
+
+    fn peek_decision(check: &Check<'_, Self>, now_us: i64, state: Option<&str>) -> Decision {
+        let (used, left) = match state.and_then(parse_state) {
+            Some((used, expires, _)) if expires > now_us && used > 0 => (
+                as_u64(used),
+                Duration::from_micros(as_u64(expires - now_us)),
+            ),
+            // No live window: the whole quota is free now.
+            _ => (0, Duration::ZERO),
+        };
+        check.policy().peek_decision(used, left, check.cost())
     }
 }
 
 impl RedisPolicy for GcraPolicy {
-    fn script() -> &'static Script {
+    const ISSUER: &'static str = "runlimit-redis/gcra";
+
+    fn script() -> &'static Lua {
         &GCRA
     }
 
@@ -371,21 +639,68 @@ impl RedisPolicy for GcraPolicy {
             .collect()
     }
 
-    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<Decision>> {
-        if reply.len() != checks.len() * 3 {
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>> {
+        let now = *reply.last()?;
+        if reply.len() != checks.len() * 4 + 1 {
             return None;
         }
         checks
             .iter()
-            .zip(reply.chunks_exact(3))
+            .zip(reply.chunks_exact(4))
             .map(|(check, values)| {
                 let exact = GcraMicros::new(check.policy(), check.cost());
                 let ahead = ExactMicros {
                     whole: as_u64(values[1]),
                     remainder: as_u64(values[2]),
                 };
-                matches!(values[0], 0 | 1).then(|| exact.decision(check.policy(), ahead))
+                if !matches!(values[0], 0 | 1) {
+                    return None;
+                }
+                // The arrival time the admission left, and the counter's version.
+                let stamp = Stamp::new([
+                    i64_to_word(now.saturating_add(values[1])),
+                    ahead.remainder,
+                    i64_to_word(values[3]),
+                ]);
+                Some((exact.decision(check.policy(), ahead), stamp))
             })
             .collect()
+    }
+
+    fn refund_script() -> &'static Lua {
+        &GCRA_REFUND
+    }
+
+    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+        checks
+            .iter()
+            .zip(admitted)
+            .flat_map(|(check, admitted)| {
+                let exact = GcraMicros::new(check.policy(), check.cost());
+                let [admitted_us, admitted_rem, version] = admitted.stamp().words();
+                [
+                    as_i64(exact.quota),
+                    as_i64(exact.increment.whole),
+                    as_i64(exact.increment.remainder),
+                    word_to_i64(admitted_us),
+                    word_to_i64(admitted_rem),
+                    word_to_i64(version),
+                ]
+            })
+            .collect()
+    }
+
+    fn peek_decision(check: &Check<'_, Self>, now_us: i64, state: Option<&str>) -> Decision {
+        let exact = GcraMicros::new(check.policy(), check.cost());
+        let now = ExactMicros::from_whole(as_u64(now_us));
+        let ahead = match state.and_then(parse_state) {
+            Some((tat_us, tat_rem, _)) => ExactMicros {
+                whole: as_u64(tat_us),
+                remainder: as_u64(tat_rem),
+            }
+            .saturating_sub(now, exact.quota),
+            None => ExactMicros::from_whole(0),
+        };
+        exact.peek_decision(check.policy(), ahead)
     }
 }

@@ -297,3 +297,66 @@ async fn counters_expire_by_themselves_once_worthless() {
     let ttl = only_expiry(&connection, gcra_config.prefix()).await;
     assert!((500..=1_001).contains(&ttl), "{ttl}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_connections_checking_and_refunding_one_key_never_exceed_the_limit() {
+    use runlimit_core::Lifecycle;
+    use std::sync::atomic::AtomicU64;
+    let Some(mut admin) = common::connect("refund-race").await else {
+        return;
+    };
+    let config = common::config("refund-race");
+    let limit = 40;
+    let policy = Arc::new(fixed("refund-race", limit, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let credited = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for connection in 0..8u64 {
+        let limiter = Arc::new(
+            RedisLimiter::<_, FixedWindowPolicy>::connect(&common::url(), config.clone())
+                .await
+                .expect("connect"),
+        );
+        for task in 0..4u64 {
+            let (limiter, policy) = (Arc::clone(&limiter), Arc::clone(&policy));
+            let (admitted, credited) = (Arc::clone(&admitted), Arc::clone(&credited));
+            tasks.push(tokio::spawn(async move {
+                let check = Check::new(&*policy, key(3));
+                for round in 0..15u64 {
+                    let admission = limiter.admit(&check).await.expect("no error");
+                    let (_, Some(receipt)) = admission.into_parts() else {
+                        continue;
+                    };
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    // Refund two admissions in three, keep the third.
+                    if (round + task + connection) % 3 != 0 {
+                        let refunded = limiter.refund(&[check], receipt).await.expect("no error");
+                        credited.fetch_add(refunded.credited() as u64, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let in_use = admitted.load(Ordering::SeqCst) - credited.load(Ordering::SeqCst);
+    assert!(in_use <= limit, "{in_use} units in use of {limit}");
+    let key = {
+        let check = Check::new(&*policy, key(3));
+        let mut counter = String::from(config.prefix());
+        for byte in check.counter_key().to_bytes() {
+            counter.push_str(&format!("{byte:02x}"));
+        }
+        counter
+    };
+    let state: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .expect("get");
+    let used = state
+        .and_then(|state| state.split(':').next().map(str::to_owned))
+        .map_or(0, |used| used.parse::<u64>().expect("never below zero"));
+    assert_eq!(used, in_use);
+}

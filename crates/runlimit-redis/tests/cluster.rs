@@ -7,8 +7,12 @@ mod common;
 use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
-use runlimit_conformance::{TimeControl, fixed_window_suite, gcra_suite};
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_conformance::{
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+};
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+};
 use runlimit_redis::{CheckError, KeyRouting, RedisConfig, RedisLimiter};
 
 fn nodes() -> Option<Vec<String>> {
@@ -45,65 +49,20 @@ struct ShiftCluster {
 
 impl TimeControl for ShiftCluster {
     async fn advance(&self, by: Duration) {
-        let micros = i64::try_from(by.as_micros()).expect("small");
+        // Each node shifts only the keys it holds.
         for node in &self.nodes {
             let client = redis::Client::open(node.as_str()).expect("node url");
             let mut connection = client
                 .get_multiplexed_async_connection()
                 .await
                 .expect("node");
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(format!("{}*", self.prefix))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut connection)
-                    .await
-                    .expect("scan");
-                for key in keys {
-                    let state: Option<String> = redis::cmd("GET")
-                        .arg(&key)
-                        .query_async(&mut connection)
-                        .await
-                        .expect("get");
-                    let ttl: i64 = redis::cmd("PTTL")
-                        .arg(&key)
-                        .query_async(&mut connection)
-                        .await
-                        .expect("pttl");
-                    let Some(state) = state else { continue };
-                    if ttl <= 0 {
-                        continue;
-                    }
-                    let (first, second) = state.split_once(':').expect("encoded state");
-                    let (mut first, mut second): (i64, i64) = (
-                        first.parse().expect("number"),
-                        second.parse().expect("number"),
-                    );
-                    // Fixed windows store used:expires_us; GCRA stores tat_us:remainder.
-                    if self.gcra {
-                        first -= micros;
-                    } else {
-                        second -= micros;
-                    }
-                    redis::cmd("SET")
-                        .arg(&key)
-                        .arg(format!("{first}:{second}"))
-                        .arg("PX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut connection)
-                        .await
-                        .expect("set");
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            common::shift(&mut connection, &self.prefix, by, self.gcra).await;
         }
+    }
+
+    async fn elapse(&self, by: Duration) {
+        // Receipts carry Redis's own times, which no shift can move.
+        tokio::time::sleep(by).await;
     }
 
     fn drift(&self) -> Duration {
@@ -129,22 +88,18 @@ async fn the_conformance_suite_passes_on_a_cluster() {
         prefix: config.prefix().to_owned(),
         gcra: false,
     };
-    fixed_window_suite(
-        &RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config),
-        &time,
-    )
-    .await;
+    let limiter = RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config);
+    fixed_window_suite(&limiter, &time).await;
+    fixed_window_lifecycle_suite(&limiter, &time).await;
     let config = single_slot(common::config("cluster-gcra"));
     let time = ShiftCluster {
         nodes,
         prefix: config.prefix().to_owned(),
         gcra: true,
     };
-    gcra_suite(
-        &RedisLimiter::<_, GcraPolicy>::cluster(connection, config),
-        &time,
-    )
-    .await;
+    let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection, config);
+    gcra_suite(&limiter, &time).await;
+    gcra_lifecycle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]
@@ -165,13 +120,35 @@ async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_re
         2,
     )
     .expect("valid");
-    // Sixty-four keys land on every master.
+    // Sixty-four keys land on every master; refunds, peeks and resets work
+    // for each of them too.
     for n in 0..64u8 {
-        let decision = limiter
-            .check(&Check::new(&policy, SubjectKey::from_digest([n; 32])))
-            .await
-            .expect("single check");
+        let check = Check::new(&policy, SubjectKey::from_digest([n; 32]));
+        let decision = limiter.check(&check).await.expect("single check");
         assert_eq!(decision.remaining(), Some(1));
+        let receipt = limiter.admit(&check).await.expect("admit").into_parts().1;
+        let refunded = limiter
+            .refund(&[check], receipt.expect("allowed"))
+            .await
+            .expect("refund");
+        assert_eq!(refunded.credited(), 1);
+        assert_eq!(
+            limiter.peek(&check).await.expect("peek").remaining(),
+            Some(1)
+        );
+        if n % 2 == 0 {
+            assert!(
+                limiter
+                    .reset(&policy, check.subject())
+                    .await
+                    .expect("reset")
+            );
+            assert_eq!(
+                limiter.peek(&check).await.expect("peek").remaining(),
+                Some(2)
+            );
+            limiter.check(&check).await.expect("single check");
+        }
     }
     let batch = [
         Check::new(&policy, SubjectKey::from_digest([100; 32])),

@@ -2,7 +2,9 @@
 
 mod common;
 
-use runlimit_conformance::{fixed_window_suite, gcra_suite};
+use runlimit_conformance::{
+    fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+};
 use runlimit_core::{FixedWindowPolicy, GcraPolicy};
 use runlimit_redis::RedisLimiter;
 
@@ -19,6 +21,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     };
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
     fixed_window_suite(&limiter, &time).await;
+    fixed_window_lifecycle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]
@@ -34,4 +37,5 @@ async fn gcra_passes_the_conformance_suite() {
     };
     let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, config);
     gcra_suite(&limiter, &time).await;
+    gcra_lifecycle_suite(&limiter, &time).await;
 }

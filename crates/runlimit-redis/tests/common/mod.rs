@@ -72,31 +72,47 @@ repeat
         local state = redis.call('GET', key)
         local ttl = redis.call('PTTL', key)
         if state and ttl > 0 then
-            local first, second = string.match(state, '^(%d+):(%d+)$')
-            -- Fixed windows store used:expires_us; GCRA stores tat_us:remainder.
+            local first, second, rest = string.match(state, '^(%d+):(%d+)(.*)$')
+            -- Fixed windows store used:expires_us; GCRA stores
+            -- tat_us:remainder:version.
             if ARGV[3] == 'gcra' then
                 first = tonumber(first) - shift
             else
                 second = tonumber(second) - shift
             end
-            redis.call('SET', key, string.format('%d:%d', first, second), 'PX', ttl)
+            redis.call('SET', key, string.format('%d:%d', first, second) .. rest, 'PX', ttl)
         end
     end
 until cursor == '0'
 return 0
 ";
 
+/// Shifts the state of every key under `prefix` that `connection`'s server
+/// holds `by` into the past.
+pub(crate) async fn shift(
+    connection: &mut impl redis::aio::ConnectionLike,
+    prefix: &str,
+    by: Duration,
+    gcra: bool,
+) {
+    let micros = i64::try_from(by.as_micros()).expect("small");
+    redis::Script::new(SHIFT)
+        .arg(prefix)
+        .arg(micros)
+        .arg(if gcra { "gcra" } else { "fixed" })
+        .invoke_async::<i64>(connection)
+        .await
+        .expect("shift");
+}
+
 impl TimeControl for ShiftTime {
     async fn advance(&self, by: Duration) {
-        let micros = i64::try_from(by.as_micros()).expect("small");
-        let mut connection = self.connection.clone();
-        redis::Script::new(SHIFT)
-            .arg(&self.prefix)
-            .arg(micros)
-            .arg(if self.gcra { "gcra" } else { "fixed" })
-            .invoke_async::<i64>(&mut connection)
-            .await
-            .expect("shift");
+        shift(&mut self.connection.clone(), &self.prefix, by, self.gcra).await;
+    }
+
+    async fn elapse(&self, by: Duration) {
+        // Receipts carry Redis's own times, which no shift can move.
+        tokio::time::sleep(by).await;
     }
 
     fn drift(&self) -> Duration {

@@ -1,0 +1,57 @@
+-- Refunds of GCRA admissions, one atomic script for a receipt.
+-- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
+-- increment_rem, admitted_us, admitted_rem (the arrival time the admission
+-- left), version (the counter's version at admission).
+-- Replies: for each key 1 if credited, else 0.
+-- Credits what is left of the admission's own replenishment,
+-- min(increment, admitted - now), from the current arrival time, if the
+-- counter's version is the receipt's; crediting an admission that later ones
+-- queued behind changes the version, so their receipts then credit nothing.
+local clock = redis.call('TIME')
+local now = clock[1] * 1000000 + clock[2]
+local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
+local reply = {}
+for i = 1, #KEYS do
+    local at = 6 * (i - 1)
+    local quota = tonumber(ARGV[at + 1])
+    local inc_us, inc_rem = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+    local admitted_us, admitted_rem = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
+    local version = tonumber(ARGV[at + 6])
+    local credited = 0
+    local state = redis.call('GET', KEYS[i])
+    local separator = state and find(state, ':', 1, true)
+    if separator then
+        local second = find(state, ':', separator + 1, true)
+        local t = tonumber(sub(state, 1, separator - 1))
+        local r = tonumber(sub(state, separator + 1, second and second - 1 or nil))
+        local stored_version = second and tonumber(sub(state, second + 1)) or 0
+        if t and r and stored_version == version
+            and (admitted_us > now or (admitted_us == now and admitted_rem > 0)) then
+            local credit_us, credit_rem = admitted_us - now, admitted_rem
+            if credit_us > inc_us or (credit_us == inc_us and credit_rem > inc_rem) then
+                credit_us, credit_rem = inc_us, inc_rem
+            end
+            local nt, nr = t - credit_us, r - credit_rem
+            if nr < 0 then
+                nt, nr = nt - 1, nr + quota
+            end
+            if t ~= admitted_us or r ~= admitted_rem then
+                stored_version = stored_version + 1
+            end
+            local expires = nt
+            if nr > 0 then
+                expires = expires + 1
+            end
+            if expires > now then
+                redis.call('SET', KEYS[i], format('%d:%d:%d', nt, nr, stored_version),
+                    'PX', ceil((expires - now) / 1000) + 1)
+            else
+                -- Fully replenished: worthless, as after expiry.
+                redis.call('DEL', KEYS[i])
+            end
+            credited = 1
+        end
+    end
+    reply[i] = credited
+end
+return reply

@@ -1,0 +1,248 @@
+//! Every operation is one command on the server: one script per check,
+//! batch, refund and peek, one `DEL` per reset. Counted with the server's
+//! `INFO commandstats` on a `redis-server` of the test's own, so no other
+//! test's commands interfere; and a peek stores nothing (`DBSIZE`).
+
+use std::{
+    collections::HashMap,
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use redis::aio::MultiplexedConnection;
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+};
+use runlimit_redis::{RedisConfig, RedisLimiter};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+async fn start() -> Option<(Server, String)> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") {
+            panic!("redis-server is required (RUNLIMIT_REQUIRE_SERVICES=1) but cannot be started");
+        }
+        eprintln!("skipping: redis-server is not installed");
+        return None;
+    };
+    let server = Server(child);
+    let url = format!("redis://127.0.0.1:{port}/");
+    for _ in 0..100 {
+        if let Ok(client) = redis::Client::open(url.as_str())
+            && let Ok(mut connection) = client.get_multiplexed_async_connection().await
+            && redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+                .is_ok()
+        {
+            return Some((server, url));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("redis-server on {url} did not start");
+}
+
+/// The calls of each command the server has processed so far.
+async fn calls(admin: &mut MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .expect("info");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// The scripts (`EVALSHA`, `EVAL`, `SCRIPT LOAD`) and `DEL`s clients sent
+/// while `operation` ran. Commands scripts run inside count under their own
+/// names (`GET`, `SET`, `TIME`), so only `DEL` can be either: operations that
+/// run a script are measured for scripts, resets for `DEL`s.
+async fn sent(admin: &mut MultiplexedConnection, operation: impl AsyncFnOnce()) -> (u64, u64) {
+    let before = calls(admin).await;
+    operation().await;
+    let after = calls(admin).await;
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    (
+        delta("evalsha") + delta("eval") + delta("script|load"),
+        delta("del"),
+    )
+}
+
+fn key(n: u8) -> SubjectKey {
+    SubjectKey::from_digest([n; 32])
+}
+
+#[tokio::test]
+async fn every_operation_is_one_command_and_peeks_store_nothing() {
+    let Some((_server, url)) = start().await else {
+        return;
+    };
+    let mut admin = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin");
+    let fixed = RedisLimiter::<_, FixedWindowPolicy>::connect(&url, RedisConfig::default())
+        .await
+        .expect("connect");
+    let gcra = RedisLimiter::<_, GcraPolicy>::connect(&url, RedisConfig::default())
+        .await
+        .expect("connect");
+    let window = |scope: &str| {
+        FixedWindowPolicy::new(
+            PolicyId::new("commands").expect("valid"),
+            ScopeId::new(scope).expect("valid"),
+            10,
+            Duration::from_secs(60),
+        )
+        .expect("valid")
+    };
+    let (client, identity) = (window("client"), window("identity"));
+    let rate = GcraPolicy::new(
+        PolicyId::new("commands").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(60),
+        5,
+    )
+    .expect("valid");
+
+    // Peeks of keys never seen store nothing.
+    for n in 0..10 {
+        assert_eq!(
+            fixed
+                .peek(&Check::new(&client, key(n)))
+                .await
+                .expect("peek")
+                .remaining(),
+            Some(10)
+        );
+        assert_eq!(
+            gcra.peek(&Check::new(&rate, key(n)))
+                .await
+                .expect("peek")
+                .remaining(),
+            Some(5)
+        );
+    }
+    let keys: i64 = redis::cmd("DBSIZE")
+        .query_async(&mut admin)
+        .await
+        .expect("dbsize");
+    assert_eq!(keys, 0, "peeks stored nothing");
+
+    // Load every script once (the first use of a script sends EVALSHA, is
+    // told NOSCRIPT, and sends EVAL).
+    let batch = [Check::new(&client, key(1)), Check::new(&identity, key(1))];
+    let receipt = fixed.admit_all(&batch).await.expect("admit").into_parts().1;
+    fixed
+        .refund(&batch, receipt.expect("allowed"))
+        .await
+        .expect("refund");
+    let receipt = gcra
+        .admit(&Check::new(&rate, key(1)))
+        .await
+        .expect("admit")
+        .into_parts()
+        .1;
+    gcra.refund(&[Check::new(&rate, key(1))], receipt.expect("allowed"))
+        .await
+        .expect("refund");
+
+    for round in 2..5 {
+        let single = Check::new(&client, key(round));
+        let batch = [
+            Check::new(&client, key(round)),
+            Check::new(&identity, key(round)),
+        ];
+        let one = Check::new(&rate, key(round));
+        let one_script = (1, 0);
+        assert_eq!(
+            sent(&mut admin, async || {
+                fixed.check(&single).await.expect("check");
+            })
+            .await,
+            one_script,
+            "a check"
+        );
+        let mut receipt = None;
+        assert_eq!(
+            sent(&mut admin, async || {
+                receipt = fixed.admit_all(&batch).await.expect("admit").into_parts().1;
+            })
+            .await,
+            one_script,
+            "a batch"
+        );
+        let (scripts, _) = sent(&mut admin, async || {
+            fixed
+                .refund(&batch, receipt.take().expect("allowed"))
+                .await
+                .expect("refund");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a refund of a batch");
+        let mut receipt = None;
+        assert_eq!(
+            sent(&mut admin, async || {
+                receipt = gcra.admit(&one).await.expect("admit").into_parts().1;
+            })
+            .await,
+            one_script,
+            "a GCRA check"
+        );
+        let (scripts, _) = sent(&mut admin, async || {
+            gcra.refund(&[one], receipt.take().expect("allowed"))
+                .await
+                .expect("refund");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a GCRA refund");
+        assert_eq!(
+            sent(&mut admin, async || {
+                gcra.peek(&one).await.expect("peek");
+            })
+            .await,
+            one_script,
+            "a peek"
+        );
+        assert_eq!(
+            sent(&mut admin, async || {
+                fixed.reset(&client, &key(round)).await.expect("reset");
+            })
+            .await,
+            (0, 1),
+            "a reset"
+        );
+    }
+}
