@@ -2,13 +2,13 @@
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc};
 
-use http::HeaderValue;
-use http::request::Parts;
-use runlimit_core::{Limiter, Policy};
+use http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
+use runlimit_core::{Lifecycle, Limiter, Policy};
 use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy, policy_field};
 use tower_layer::Layer;
 
 use crate::{
+    charge::{Charge, CountWhen},
     extract::{KeyExtractor, MissingMetadata, SharedExtractor},
     failure::FailureMode,
     rejection::DefaultRejection,
@@ -88,6 +88,8 @@ pub(crate) struct Config<L: Limiter, M> {
     pub(crate) response_fields: bool,
     /// `RateLimit-Policy` for a layer whose policies are all fixed, encoded once.
     pub(crate) static_policy_field: Option<HeaderValue>,
+    /// Set when requests count only for some responses.
+    pub(crate) charge: Option<Arc<dyn Charge<L>>>,
 }
 
 impl<L: Limiter, M> Config<L, M> {
@@ -124,6 +126,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             mapper: Arc::clone(&self.mapper),
             response_fields: self.response_fields,
             static_policy_field: self.static_policy_field.clone(),
+            charge: self.charge.clone(),
         }
     }
 }
@@ -154,8 +157,8 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// It never reads `Forwarded`, `X-Forwarded-For`, `ConnectInfo`, cookies or
 /// identities: which peers are trusted proxies and how subjects are normalized
 /// is the application's decision, made in its key extractors. It does not bound
-/// concurrency (use a semaphore or `tower::limit`), refund quota when the handler
-/// fails, or buffer bodies.
+/// concurrency (use a semaphore or `tower::limit`) or buffer bodies, and it
+/// refunds quota only when told to with [`count_when`](Self::count_when).
 ///
 /// # Examples
 ///
@@ -224,6 +227,7 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
                 mapper: Arc::new(DefaultRejection),
                 response_fields: true,
                 static_policy_field: None,
+                charge: None,
             }),
         }
     }
@@ -333,6 +337,7 @@ where
             failure,
             response_fields,
             static_policy_field,
+            charge,
             ..
         } = Arc::unwrap_or_clone(self.config);
         RateLimitLayer {
@@ -344,8 +349,57 @@ where
                 mapper: Arc::new(mapper),
                 response_fields,
                 static_policy_field,
+                charge,
             }),
         }
+    }
+}
+
+impl<L, M> RateLimitLayer<L, M>
+where
+    L: Lifecycle + 'static,
+    L::Policy: Advertise,
+{
+    /// Counts a request against this layer's quotas only when `counts`
+    /// returns `true` for its response's status and headers; otherwise the
+    /// request's charge is refunded (every check of the layer's batch).
+    ///
+    /// Quota is still consumed at admission, so concurrent requests can
+    /// never slip past the limit while their handlers run ("count after the
+    /// response" without the race). The refund runs after the inner service
+    /// has answered, before the response is handed on, and never changes the
+    /// response: a refund that fails keeps the charge, and the backend's
+    /// observer sees the failure. A request whose response future is dropped
+    /// (the client went away), or whose inner service returns an error, keeps
+    /// its charge. Nested layers each refund their own checks by their own
+    /// rule.
+    ///
+    /// # Examples
+    ///
+    /// Count only failed logins:
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use runlimit_axum::RateLimitLayer;
+    /// # use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
+    /// # use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let policy = FixedWindowPolicy::new(PolicyId::new("auth.login")?, ScopeId::new("identity")?, 8, Duration::from_secs(60))?;
+    /// # let key = |_: &http::request::Parts, _: &FixedWindowPolicy| Ok(SubjectKey::from_digest([1; 32]));
+    /// let layer = RateLimitLayer::new(MemoryStore::new(MemoryStoreConfig::new(50_000)?))
+    ///     .check(policy, key)
+    ///     .count_when(|status, _headers| !status.is_success());
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn count_when(
+        mut self,
+        counts: impl Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config_mut().charge = Some(Arc::new(CountWhen(counts)));
+        self
     }
 }
 

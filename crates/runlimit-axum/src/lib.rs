@@ -37,6 +37,7 @@
 //! `runlimit-demo` crate's `resolve_client` middleware shows the pattern. Keying
 //! on a raw forwarding header lets every caller pick their own bucket.
 
+mod charge;
 mod context;
 mod extract;
 mod failure;

@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 use tower_service::Service;
 
 use crate::{
+    charge::Outcome,
     context::{AppliedPolicy, RateLimitContext},
     extract::MissingMetadata,
     future::ResponseFuture,
@@ -115,10 +116,10 @@ impl MetaRef<'_> {
         }
     }
 
-    fn into_owned(self) -> Arc<PolicyMeta> {
+    fn to_arc(&self) -> Arc<PolicyMeta> {
         match self {
             Self::Fixed(meta) => Arc::clone(meta),
-            Self::Selected(meta) => meta,
+            Self::Selected(meta) => Arc::clone(meta),
         }
     }
 }
@@ -184,12 +185,25 @@ where
         }
     }
 
-    // One check needs no batch; several are one atomic batch.
-    let outcome = match checks.as_slice() {
-        [single] => config.limiter.check(single).await.map(Outcome::Single),
-        all => config.limiter.check_all(all).await.map(Outcome::Batch),
+    // One check needs no batch; several are one atomic batch. A layer that
+    // counts by outcome also keeps the receipt, and the checks it names.
+    let outcome = match (&config.charge, checks.as_slice()) {
+        (Some(charge), checks) => charge.admit(&config.limiter, checks).await,
+        (None, [single]) => config
+            .limiter
+            .check(single)
+            .await
+            .map(|decision| (Outcome::Single(decision), None)),
+        (None, all) => config
+            .limiter
+            .check_all(all)
+            .await
+            .map(|batch| (Outcome::Batch(batch), None)),
     };
-    drop(checks);
+    let (outcome, receipt) = match outcome {
+        Ok((outcome, receipt)) => (Ok(outcome), receipt),
+        Err(error) => (Err(error), None),
+    };
     let applied: SmallVec<[AppliedPolicy; INLINE_RULES]> = match outcome {
         Err(error) => {
             if config.failure.admits_after(&error) {
@@ -206,22 +220,21 @@ where
                     .respond(&rejection(resolved[0].meta.name(), denial)));
             }
             _ => resolved
-                .into_iter()
-                .map(|policy| AppliedPolicy::new(policy.meta.into_owned(), decision))
+                .iter()
+                .map(|policy| AppliedPolicy::new(policy.meta.to_arc(), decision))
                 .collect(),
         },
         Ok(Outcome::Batch(BatchDecision::Allowed(decisions))) => resolved
-            .into_iter()
+            .iter()
             .zip(decisions)
-            .map(|(policy, decision)| AppliedPolicy::new(policy.meta.into_owned(), decision))
+            .map(|(policy, decision)| AppliedPolicy::new(policy.meta.to_arc(), decision))
             .collect(),
         Ok(Outcome::Batch(BatchDecision::ShadowDenied { index, denial })) => {
             // A shadow-denied batch consumed nothing; only the denying check has
             // a decision to report.
             match Decision::shadow_denied(denial) {
                 Ok(decision) => {
-                    let policy = resolved.swap_remove(index);
-                    std::iter::once(AppliedPolicy::new(policy.meta.into_owned(), decision))
+                    std::iter::once(AppliedPolicy::new(resolved[index].meta.to_arc(), decision))
                         .collect()
                 }
                 Err(_) => {
@@ -256,14 +269,14 @@ where
         .get_or_insert_with(RateLimitContext::default)
         .extend(applied);
     let mut response = inner.call(Request::from_parts(parts, body)).await?;
+    if let (Some(charge), Some(receipt)) = (&config.charge, receipt)
+        && !charge.counts(response.status(), response.headers())
+    {
+        charge.refund(&config.limiter, &checks, receipt).await;
+    }
+    drop(checks);
     prepend(response.headers_mut(), fields);
     Ok(response)
-}
-
-/// What the backend answered for this layer's checks.
-enum Outcome {
-    Single(Decision),
-    Batch(BatchDecision),
 }
 
 fn rejection<'a>(name: &'a PolicyName, denial: &'a Denial) -> Rejection<'a> {

@@ -8,136 +8,22 @@ use std::{
         atomic::{AtomicUsize, Ordering},
     },
     task::{Context, Poll},
-    time::Duration,
 };
 
 use axum::body::Body;
-use http::{HeaderMap, Request, Response, StatusCode, request::Parts};
+use http::{Request, Response, StatusCode, request::Parts};
 use http_body::Frame;
-use http_body_util::BodyExt;
-use runlimit_axum::{FailureMode, MissingMetadata, RateLimitContext, RateLimitLayer, Rejection};
-use runlimit_core::{
-    BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, PolicyId, QuotaMode,
-    ScopeId, SubjectKey,
-};
+use runlimit_axum::{FailureMode, MissingMetadata, RateLimitLayer, Rejection};
+use runlimit_core::{BatchDecision, Check, Decision, FixedWindowPolicy, Limiter, QuotaMode};
 use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
-fn policy(scope: &str, limit: u64) -> FixedWindowPolicy {
-    FixedWindowPolicy::new(
-        PolicyId::new("auth.login").expect("valid"),
-        ScopeId::new(scope).expect("valid"),
-        limit,
-        Duration::from_secs(60),
-    )
-    .expect("valid")
-}
+mod common;
 
-fn hasher() -> Arc<KeyHasher> {
-    Arc::new(KeyHasher::new(b"test secret that is at least 32 bytes").expect("valid"))
-}
-
-fn store() -> Arc<MemoryStore> {
-    Arc::new(
-        MemoryStore::new(MemoryStoreConfig::new(1_000).expect("valid"))
-            .with_clock(ManualClock::new()),
-    )
-}
-
-/// The client network, as a trusted earlier layer would have established it.
-#[derive(Clone)]
-struct Client(&'static str);
-
-/// The normalized account a login names, as the application would parse it.
-#[derive(Clone)]
-struct Identity(&'static str);
-
-/// An extractor that keys on the string a trusted earlier layer stored in the
-/// request extension `E`, refusing requests without it.
-fn extension_key<E: Send + Sync + 'static>(
-    hasher: Arc<KeyHasher>,
-    what: &'static str,
-    subject: fn(&E) -> &'static str,
-) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
-{
-    move |parts, policy| {
-        let value = parts
-            .extensions
-            .get::<E>()
-            .ok_or(MissingMetadata::new(what))?;
-        Ok(hasher.hash_for(policy, subject(value).as_bytes()))
-    }
-}
-
-fn client_key(
-    hasher: Arc<KeyHasher>,
-) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
-{
-    extension_key(hasher, "client network", |Client(network)| network)
-}
-
-fn identity_key(
-    hasher: Arc<KeyHasher>,
-) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
-{
-    extension_key(hasher, "identity", |Identity(account)| account)
-}
-
-/// Wraps `extract`, counting its calls in `calls`.
-fn counted(
-    calls: &Arc<AtomicUsize>,
-    extract: impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata>
-    + Send
-    + Sync
-    + 'static,
-) -> impl Fn(&Parts, &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> + Send + Sync + 'static
-{
-    let calls = Arc::clone(calls);
-    move |parts, policy| {
-        calls.fetch_add(1, Ordering::SeqCst);
-        extract(parts, policy)
-    }
-}
-
-fn request(client: &'static str, identity: &'static str) -> Request<Body> {
-    let mut request = Request::new(Body::empty());
-    request.extensions_mut().insert(Client(client));
-    request.extensions_mut().insert(Identity(identity));
-    request
-}
-
-/// A handler that records the context it saw and counts calls.
-fn handler(
-    calls: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Option<RateLimitContext>>>,
-) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
-+ Clone
-+ Send
-+ 'static {
-    service_fn(move |request: Request<Body>| {
-        calls.fetch_add(1, Ordering::SeqCst);
-        *seen.lock().expect("lock") = request.extensions().get::<RateLimitContext>().cloned();
-        async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) }
-    })
-}
-
-async fn body_text(response: Response<Body>) -> String {
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    String::from_utf8(bytes.to_vec()).expect("utf-8")
-}
-
-fn values(headers: &HeaderMap, name: &str) -> Vec<String> {
-    headers
-        .get_all(name)
-        .iter()
-        .map(|value| value.to_str().expect("ascii").to_owned())
-        .collect()
-}
+use common::{
+    Client, body_text, client_key, counted, handler, hasher, identity_key, policy, request, store,
+    values,
+};
 
 #[tokio::test]
 async fn client_and_identity_are_one_atomic_batch() {

@@ -13,7 +13,7 @@
 //! Every case uses fresh, uniquely named policies, so the suite can share a
 //! backend (one database, one Redis) with other tests running in parallel.
 //!
-//! One module per capability: [`fixed_window`] and [`gcra`] hold the
+//! One module per capability: [`fixed_window`](mod@fixed_window) and [`gcra`](mod@gcra) hold the
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
 //! reset cases.
 //!

@@ -32,7 +32,9 @@ use http::{StatusCode, request::Parts};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use runlimit_axum::{MissingMetadata, RateLimitLayer};
-use runlimit_core::{FixedWindowPolicy, KeyHasher, Limiter, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{
+    FixedWindowPolicy, KeyHasher, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use runlimit_redis::{RedisConfig, RedisLimiter};
@@ -124,7 +126,7 @@ async fn resolve_client(mut request: Request, next: Next) -> Response {
 
 fn router<L>(limiter: Arc<L>, hasher: Arc<KeyHasher>) -> Result<Router, Box<dyn Error>>
 where
-    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+    L: Limiter<Policy = FixedWindowPolicy> + Lifecycle + 'static,
 {
     let client_policy = FixedWindowPolicy::new(
         PolicyId::new("auth.login")?,
@@ -166,16 +168,39 @@ where
                 .ok_or(MissingMetadata::new("login account"))?;
             Ok(hasher.hash_for(policy, account.as_bytes()))
         };
+    // Only failed logins count: a successful login is refunded after the
+    // handler answers, so the account's owner never locks themselves out.
     let limits = RateLimitLayer::from_shared(limiter)
         .check(client_policy, client_key)
-        .check(identity_policy, identity_key);
+        .check(identity_policy, identity_key)
+        .count_when(|status, _| !status.is_success());
     Ok(Router::new()
-        .route(
-            "/login",
-            post(|| async { (StatusCode::UNAUTHORIZED, "invalid credentials") }),
-        )
+        .route("/login", post(login))
         .layer(limits)
         .layer(middleware::from_fn(resolve_client)))
+}
+
+/// The one account whose password the demo knows.
+const LEGITIMATE_ACCOUNT: &str = "carol@example.test";
+const LEGITIMATE_PASSWORD: &str = "correct-horse";
+/// Carol's own network, where she logs in from.
+const LEGITIMATE_NETWORK: &str = "198.18.0.1";
+
+async fn login(request: Request) -> (StatusCode, &'static str) {
+    let account = request.extensions().get::<LoginAccount>();
+    let password = request.uri().query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("password="))
+    });
+    match (account, password) {
+        (Some(LoginAccount(account)), Some(LEGITIMATE_PASSWORD))
+            if account == LEGITIMATE_ACCOUNT =>
+        {
+            (StatusCode::OK, "welcome")
+        }
+        _ => (StatusCode::UNAUTHORIZED, "invalid credentials"),
+    }
 }
 
 struct Tally {
@@ -183,6 +208,8 @@ struct Tally {
     denied_by: BTreeMap<String, usize>,
     by_status: BTreeMap<u16, usize>,
     samples: BTreeMap<u16, Vec<String>>,
+    /// The legitimate user's logins, and how many succeeded.
+    legitimate: (usize, usize),
 }
 
 async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
@@ -198,8 +225,25 @@ async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
         denied_by: BTreeMap::new(),
         by_status: BTreeMap::new(),
         samples: BTreeMap::new(),
+        legitimate: (0, 0),
     };
     for round in 0..50 {
+        // Carol logs in successfully every fourth round: 13 times in all,
+        // more than the identity limit, and none of them counts.
+        if round % 4 == 0 {
+            let address = addresses[round % addresses.len()];
+            let request = http::Request::post(format!(
+                "http://{address}/login?account={LEGITIMATE_ACCOUNT}&password={LEGITIMATE_PASSWORD}"
+            ))
+            .header("x-forwarded-for", LEGITIMATE_NETWORK)
+            .body(Empty::new())?;
+            let response = client.request(request).await?;
+            tally.legitimate.0 += 1;
+            if response.status() == StatusCode::OK {
+                tally.legitimate.1 += 1;
+            }
+            response.into_body().collect().await?;
+        }
         for (index, network) in attackers.iter().enumerate() {
             // Three networks spray thirty accounts (the client limit catches
             // them); the fourth hammers one account with rotating capitalization
@@ -310,7 +354,7 @@ async fn serve_and_drive<L>(
     hasher: Arc<KeyHasher>,
 ) -> Result<(), Box<dyn Error>>
 where
-    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+    L: Limiter<Policy = FixedWindowPolicy> + Lifecycle + 'static,
 {
     let mut addresses = Vec::new();
     let mut servers = Vec::new();
@@ -342,11 +386,13 @@ where
             .join(", ")
     );
     println!(
-        "  policies: auth.login/client 40 per 60 s, auth.login/identity 8 per 60 s (one atomic batch)"
+        "  policies: auth.login/client 40 per 60 s, auth.login/identity 8 per 60 s (one atomic batch, \
+         counting failed logins only)"
     );
     println!("  requests: {}", tally.requests);
     for (status, count) in &tally.by_status {
         let meaning = match *status {
+            200 => "logged in",
             401 => "reached the handler (wrong password)",
             429 => "denied by a rate limit before the handler",
             503 => "refused: limiter unavailable or at capacity",
@@ -368,9 +414,17 @@ where
     }
     let allowed = tally.by_status.get(&401).copied().unwrap_or_default();
     let denied = tally.by_status.get(&429).copied().unwrap_or_default();
-    println!("  summary: {allowed} allowed, {denied} denied");
+    let (attempts, succeeded) = tally.legitimate;
+    println!(
+        "  legitimate user: {succeeded} of {attempts} logins by {LEGITIMATE_ACCOUNT} succeeded, \
+         more than the identity limit of 8: only failed logins count, successful ones are refunded"
+    );
+    println!("  summary: {allowed} attacker attempts reached the handler, {denied} denied");
     if allowed == 0 || denied == 0 {
         return Err("expected both admitted and denied requests".into());
+    }
+    if succeeded != attempts {
+        return Err("the legitimate user was locked out by the rate limit".into());
     }
     Ok(())
 }

@@ -1,17 +1,19 @@
-//! The two targets that are ratios of two measurements of Runlimit itself:
+//! The targets that are ratios of measurements of Runlimit itself:
 //!
 //! - two-thread scaling of random-key GCRA checks (100k keys, 64 shards), side
 //!   by side with governor's keyed limiter;
-//! - an atomic batch of two stored keys against two single checks.
+//! - an atomic batch of two stored keys against two single checks;
+//! - a peek, an admission with a receipt and a refund against a check, on a
+//!   hot key of each algorithm.
 //!
 //! A ratio of two criterion groups compares measurements taken seconds apart,
 //! and on a shared VM the host's load moves more in that time than the figure
 //! being measured. So this benchmark alternates short fixed-work runs of the
 //! two sides and reports the median ratio over the rounds.
 //!
-//! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch` or
-//! `-- scaling` for one half); it prints each round's nanoseconds and ratio,
-//! then the medians.
+//! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch`,
+//! `-- scaling` or `-- lifecycle` for one part); it prints each round's
+//! nanoseconds and ratio, then the medians.
 #![allow(missing_docs)]
 
 mod support;
@@ -24,8 +26,8 @@ use std::{
 };
 
 use governor::RateLimiter;
-use runlimit_core::{Check, SubjectKey};
-use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
+use runlimit_core::{Check, Policy, Receipt, SubjectKey};
+use runlimit_memory::{Algorithm, GcraStore, MemoryStore, MemoryStoreConfig, Store};
 use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
 
 const ROUNDS: usize = 9;
@@ -115,6 +117,93 @@ fn batch_of_two() {
     );
 }
 
+/// Refunds timed per round: each needs a receipt admitted beforehand.
+const REFUNDS_PER_ROUND: usize = 100_000;
+
+/// A peek, an admission that keeps its receipt, and a refund, each against a
+/// plain check of the same hot key.
+fn lifecycle_of<A: Algorithm>(name: &str, store: &Store<A>, check: &Check<'_, A::Policy>)
+where
+    A::Policy: Policy,
+{
+    store.check(check).expect("ok");
+    let (mut peeks, mut admits, mut refunds) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let checked = per_call(|| {
+            black_box(store.check(black_box(check)).expect("ok"));
+        });
+        let peeked = per_call(|| {
+            black_box(store.peek(black_box(check)).expect("ok"));
+        });
+        let admitted = per_call(|| {
+            black_box(store.admit(black_box(check)).expect("ok"));
+        });
+        // Receipts for this round's refunds, admitted untimed; refunded
+        // latest first, so each refund credits what it names, as a refund
+        // shortly after its own admission does.
+        let mut receipts: Vec<Receipt> = (0..REFUNDS_PER_ROUND)
+            .map(|_| {
+                store
+                    .admit(check)
+                    .expect("ok")
+                    .into_parts()
+                    .1
+                    .expect("allowed")
+            })
+            .collect();
+        let started = Instant::now();
+        while let Some(receipt) = receipts.pop() {
+            black_box(
+                store
+                    .refund(std::slice::from_ref(check), receipt)
+                    .expect("ok"),
+            );
+        }
+        let refunded = started.elapsed().as_secs_f64() * 1e9 / REFUNDS_PER_ROUND as f64;
+        let ratios = [peeked / checked, admitted / checked, refunded / checked];
+        peeks.push(ratios[0]);
+        admits.push(ratios[1]);
+        refunds.push(ratios[2]);
+        println!(
+            "round {round}, {name}: check {checked:.1} ns, peek {peeked:.1} ns ({:.2}x), \
+             admit {admitted:.1} ns ({:.2}x), refund {refunded:.1} ns ({:.2}x)",
+            ratios[0], ratios[1], ratios[2]
+        );
+    }
+    println!(
+        "median over {ROUNDS} rounds, {name}: peek / check {:.2}x, admit / check {:.2}x, \
+         refund / check {:.2}x",
+        median(&mut peeks),
+        median(&mut admits),
+        median(&mut refunds)
+    );
+}
+
+fn lifecycle() {
+    let config = MemoryStoreConfig::new(50_000).expect("valid");
+    let fixed = fixed_policy("client");
+    lifecycle_of(
+        "fixed_window",
+        &MemoryStore::new(config),
+        &Check::new(&fixed, subject(1)),
+    );
+    // A burst of a billion, replenished over a day: millions of admissions a
+    // round never exhaust it.
+    let gcra = runlimit_core::GcraPolicy::new(
+        runlimit_core::PolicyId::new("bench").expect("valid"),
+        runlimit_core::ScopeId::new("client").expect("valid"),
+        runlimit_core::MAX_LIMIT,
+        std::time::Duration::from_secs(24 * 3_600),
+        runlimit_core::MAX_LIMIT,
+    )
+    .expect("valid");
+    lifecycle_of(
+        "gcra",
+        &GcraStore::new(config),
+        &Check::new(&gcra, subject(1)),
+    );
+}
+
 fn main() {
     // `cargo bench --bench ratios -- batch` (or `-- scaling`) runs one half.
     let filters: Vec<String> = std::env::args()
@@ -128,6 +217,9 @@ fn main() {
     }
     if wanted("scaling") {
         scaling();
+    }
+    if wanted("lifecycle") {
+        lifecycle();
     }
 }
 

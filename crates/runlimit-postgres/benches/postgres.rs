@@ -13,7 +13,8 @@ use std::{
 };
 
 use runlimit_core::{
-    Check, FixedWindowPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId, SubjectKey,
+    Check, FixedWindowPolicy, Lifecycle, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
+    SubjectKey,
 };
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{Executor, PgPool, postgres::PgPoolOptions};
@@ -26,6 +27,9 @@ enum Workload {
     Upsert,
     Check,
     BatchOfTwo,
+    /// An admission with a receipt, then its refund: what a request that does
+    /// not count costs (counting only failed logins, say).
+    CheckAndRefund,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -84,6 +88,17 @@ async fn run(
                                 .await
                                 .expect("check");
                             assert!(decision.is_allowed());
+                        }
+                        Workload::CheckAndRefund => {
+                            let check = Check::new(&policies[0], subject(key));
+                            let (decision, receipt) =
+                                limiter.admit(&check).await.expect("admit").into_parts();
+                            assert!(decision.is_allowed());
+                            let refunded = limiter
+                                .refund(&[check], receipt.expect("allowed"))
+                                .await
+                                .expect("refund");
+                            assert_eq!(refunded.credited(), 1);
                         }
                         Workload::BatchOfTwo => {
                             let checks = [
@@ -178,13 +193,17 @@ async fn main() {
             Workload::SelectOne,
             Workload::Upsert,
             Workload::Check,
+            Workload::CheckAndRefund,
             Workload::BatchOfTwo,
         ] {
             let (rate, p50, p99) = run(workload, tasks, seconds, &pool, &limiter, &policies).await;
             if matches!(workload, Workload::Upsert) {
                 upsert_rate = rate;
             }
-            let relative = if matches!(workload, Workload::Check | Workload::BatchOfTwo) {
+            let relative = if matches!(
+                workload,
+                Workload::Check | Workload::BatchOfTwo | Workload::CheckAndRefund
+            ) {
                 format!("{:.0}%", 100.0 * rate / upsert_rate)
             } else {
                 String::new()

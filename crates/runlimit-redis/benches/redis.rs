@@ -13,7 +13,8 @@ use std::{
 
 use redis::aio::ConnectionManager;
 use runlimit_core::{
-    Check, FixedWindowPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId, SubjectKey,
+    Check, FixedWindowPolicy, Lifecycle, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
+    SubjectKey,
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -27,6 +28,9 @@ enum Workload {
     MinimalScript,
     Check,
     BatchOfTwo,
+    /// An admission with a receipt, then its refund: what a request that does
+    /// not count costs (counting only failed logins, say).
+    CheckAndRefund,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -99,6 +103,17 @@ async fn run(
                                 .await
                                 .expect("check");
                             assert!(decision.is_allowed());
+                        }
+                        Workload::CheckAndRefund => {
+                            let check = Check::new(&policies[0], key);
+                            let (decision, receipt) =
+                                limiter.admit(&check).await.expect("admit").into_parts();
+                            assert!(decision.is_allowed());
+                            let refunded = limiter
+                                .refund(&[check], receipt.expect("allowed"))
+                                .await
+                                .expect("refund");
+                            assert_eq!(refunded.credited(), 1);
                         }
                         Workload::BatchOfTwo => {
                             let checks =
@@ -175,6 +190,7 @@ async fn main() {
             Workload::Ping,
             Workload::MinimalScript,
             Workload::Check,
+            Workload::CheckAndRefund,
             Workload::BatchOfTwo,
         ] {
             let (rate, p50, p99) = run(workload, tasks, seconds, &shared, &policies).await;
