@@ -78,6 +78,14 @@
 //!   failed closed and alert. [`Store::recover_poisoned`] empties only poisoned
 //!   shards, an explicit availability trade-off: their lost state may admit
 //!   requests it would have denied.
+//! * **Refund, peek and reset** ([`runlimit_core::Lifecycle`], also as
+//!   inherent [`Store::admit`], [`Store::refund`], [`Store::peek`] and
+//!   [`Store::reset`]) hold the shard only for reading and lock the key's
+//!   entry, like a check. Each entry carries a 32-bit version (drawn afresh for
+//!   a new key, changed by a reset and by refunds that void other receipts), so
+//!   a receipt credits only the state it was issued for. A reset leaves the
+//!   entry in place as an expired one, reclaimed by bounded cleanup when the
+//!   deadline it had passes; a peek never stores a key.
 //! * **Observers** run after locks are released; their panics are caught, and
 //!   without an observer no clock is read for timing.
 //!

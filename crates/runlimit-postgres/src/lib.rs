@@ -52,6 +52,17 @@
 //! ascending order), and writes only when every check is allowed, committing as
 //! the statement ends. The number of statements does not grow with the batch.
 //!
+//! # Refund, peek and reset
+//!
+//! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`]. A refund is one
+//! statement (`runlimit_refund_fixed_windows` / `runlimit_refund_gcra`) taking
+//! the check's advisory and row locks in the same order; a fixed-window refund
+//! that forgets its window expires the row in place (it keeps its ledger slot
+//! until cleanup), so refunds never touch the ledger. A peek is one read-only
+//! `SELECT` with the database clock, storing nothing. A reset deletes the row
+//! (freeing its ledger slot) in one statement. GCRA rows carry a version, the
+//! row's creation time, that receipts are checked against.
+//!
 //! # Time
 //!
 //! PostgreSQL's clock is the authority, and every call is schema-qualified as

@@ -36,6 +36,14 @@
 //! Redis's own clock with `TIME`, decide every check first, and write only when
 //! all are allowed, so a denied or failed batch consumes nothing.
 //!
+//! # Refund, peek and reset
+//!
+//! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`]: a refund is one
+//! atomic script on Redis's clock, a peek one read-only script (`TIME` and
+//! `GET`), a reset one `DEL`. GCRA state carries a version (the counter's
+//! creation time) that receipts are checked against. On a cluster each works
+//! for any key; a batch's refund, like the batch, needs its keys in one slot.
+//!
 //! # Exact arithmetic
 //!
 //! Lua numbers are doubles, exact only below 2<sup>53</sup>. Core's portable
