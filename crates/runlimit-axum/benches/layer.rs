@@ -4,6 +4,10 @@
 //! `GovernorLayer` without and with its headers (the configurations of
 //! `examples/bench_server.rs`).
 //!
+//! A second group, `body_keyed`, posts a 1 KiB form to a handler that reads
+//! it, behind a layer keyed on the peer (the head) and behind one keyed on the
+//! form's `email` field (which buffers the body first).
+//!
 //! Run with `cargo bench -p runlimit-axum --bench layer`; the end-to-end
 //! comparison over HTTP is `scripts/bench-http.sh`.
 #![allow(missing_docs)]
@@ -18,11 +22,16 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::ConnectInfo,
+    routing::{get, post},
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use governed::governed;
 use peer_key::peer_key;
-use runlimit_axum::RateLimitLayer;
+use runlimit_axum::{MissingMetadata, RateLimitLayer, RequestBody};
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use tower::ServiceExt;
@@ -89,5 +98,94 @@ fn layer(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, layer);
+/// A 1 KiB login form: the account, a password and padding fields.
+fn login_form() -> Bytes {
+    let mut form = String::from("email=alice%40example.test&password=correct-horse-battery");
+    let mut field = 0;
+    while form.len() < 1_024 {
+        form.push_str(&format!("&field{field}=value{field}"));
+        field += 1;
+    }
+    form.truncate(1_024);
+    Bytes::from(form)
+}
+
+fn body_keyed(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("bench").expect("valid"),
+        ScopeId::new("identity").expect("valid"),
+        MAX_LIMIT,
+        Duration::from_secs(3_600),
+    )
+    .expect("valid");
+    let hasher = KeyHasher::new(b"benchmark secret of at least 32 bytes").expect("valid");
+    let limiter = || {
+        MemoryStore::new(
+            MemoryStoreConfig::new(100_000)
+                .expect("valid")
+                .with_shard_count(16)
+                .expect("valid"),
+        )
+    };
+    let login = || {
+        Router::new().route(
+            "/login",
+            post(|body: Bytes| async move { body.len().to_string() }),
+        )
+    };
+    let head_keyed = login()
+        .layer(
+            RateLimitLayer::new(limiter())
+                .check(policy.clone(), peer_key(hasher.prepared_for(&policy))),
+        )
+        .with_state(());
+    let prepared = hasher.prepared_for(&policy);
+    let email_key = move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {
+        let body = parts
+            .extensions
+            .get::<RequestBody>()
+            .ok_or(MissingMetadata::new("request body"))?;
+        let email = body
+            .form_field("email")
+            .ok_or(MissingMetadata::new("email"))?;
+        Ok(prepared.hash_for(policy, email.as_bytes()))
+    };
+    let body_keyed = login()
+        .layer(
+            RateLimitLayer::new(limiter())
+                .check(policy, email_key)
+                .key_reads_body(4_096),
+        )
+        .with_state(());
+    let form = login_form();
+    let mut group = c.benchmark_group("body_keyed");
+    let mut port = 0u16;
+    for (name, router) in [("head_keyed", head_keyed), ("body_keyed", body_keyed)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                port = (port + 1) % 32;
+                let mut request = http::Request::post("/login")
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .header("content-length", form.len())
+                    .body(Body::from(form.clone()))
+                    .expect("valid");
+                request.extensions_mut().insert(ConnectInfo(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    port,
+                )));
+                let response = runtime
+                    .block_on(router.clone().oneshot(request))
+                    .expect("infallible");
+                assert!(response.status().is_success());
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, layer, body_keyed);
 criterion_main!(benches);

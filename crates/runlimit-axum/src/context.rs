@@ -14,19 +14,26 @@ use crate::layer::PolicyMeta;
 pub struct AppliedPolicy {
     meta: Arc<PolicyMeta>,
     decision: Decision,
+    disclosed: bool,
 }
 
 impl PartialEq for AppliedPolicy {
     fn eq(&self, other: &Self) -> bool {
-        self.meta.name == other.meta.name && self.decision == other.decision
+        self.meta.name == other.meta.name
+            && self.decision == other.decision
+            && self.disclosed == other.disclosed
     }
 }
 
 impl Eq for AppliedPolicy {}
 
 impl AppliedPolicy {
-    pub(crate) fn new(meta: Arc<PolicyMeta>, decision: Decision) -> Self {
-        Self { meta, decision }
+    pub(crate) fn new(meta: Arc<PolicyMeta>, decision: Decision, disclosed: bool) -> Self {
+        Self {
+            meta,
+            decision,
+            disclosed,
+        }
     }
 
     /// The policy's name, as in the `RateLimit` fields.
@@ -42,8 +49,11 @@ impl AppliedPolicy {
         &self.decision
     }
 
-    pub(crate) fn advertised(&self) -> Option<&runlimit_http::draft_11::QuotaPolicy> {
-        self.meta.advertised.as_ref()
+    /// Whether the policy is disclosed to clients in response fields (see
+    /// [`RateLimitLayer::withhold_fields`](crate::RateLimitLayer::withhold_fields)).
+    #[must_use]
+    pub fn is_disclosed(&self) -> bool {
+        self.disclosed
     }
 }
 

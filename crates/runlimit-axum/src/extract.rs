@@ -57,6 +57,15 @@ pub trait KeyExtractor<P>: Send + Sync + 'static {
     /// [`MissingMetadata`] when the trusted metadata is absent; the request is
     /// then rejected, never admitted unkeyed.
     fn extract(&self, parts: &Parts, policy: &P) -> Result<SubjectKey, MissingMetadata>;
+
+    /// Called once when the extractor is added for one fixed `policy`, before
+    /// any request, so it can prepare per-policy work (the ready-made
+    /// extractors prepare their [`KeyHasher`](runlimit_core::KeyHasher) for
+    /// it). It must still derive correct keys if later handed another policy.
+    /// Does nothing by default.
+    fn prepare(&mut self, policy: &P) {
+        let _ = policy;
+    }
 }
 
 impl<P, F> KeyExtractor<P> for F

@@ -11,7 +11,8 @@ use crate::rejection::{Rejection, RejectionMapper};
 /// whose `grpc-status` is `RESOURCE_EXHAUSTED` for quota denials and
 /// `UNAVAILABLE` for capacity denials and backend failures (`INTERNAL` for
 /// missing metadata). Retry times travel as `grpc-retry-pushback-ms` (the gRPC
-/// retry-throttling convention) and `retry-after` (whole seconds).
+/// retry-throttling convention) and `retry-after` (whole seconds), both
+/// rounded up so a client waiting them is never early.
 ///
 /// ```
 /// use runlimit_axum::grpc::GrpcRejection;
@@ -27,9 +28,26 @@ pub struct GrpcRejection;
 impl GrpcRejection {
     fn status(rejection: &Rejection<'_>) -> (Status, Option<Duration>) {
         match rejection {
-            Rejection::QuotaExceeded { policy, denial } => (
-                Status::resource_exhausted(format!("rate limit exceeded: {}", policy.as_str())),
+            Rejection::QuotaExceeded {
+                policy,
+                denial,
+                disclosed,
+            } => (
+                Status::resource_exhausted(if *disclosed {
+                    format!("rate limit exceeded: {}", policy.as_str())
+                } else {
+                    "rate limit exceeded".to_owned()
+                }),
                 denial.retry_after(),
+            ),
+            Rejection::PayloadTooLarge { .. } => (
+                Status::resource_exhausted("request message too large to rate limit"),
+                None,
+            ),
+            Rejection::BodyUnreadable => (Status::invalid_argument("request unreadable"), None),
+            Rejection::BodyTimedOut { .. } => (
+                Status::deadline_exceeded("request message not received in time"),
+                None,
             ),
             Rejection::StorageCapacity { retry_after, .. } => (
                 Status::unavailable("rate limiter at capacity"),
@@ -50,7 +68,10 @@ impl<B: Default + Send + 'static> RejectionMapper<B> for GrpcRejection {
     fn respond(&self, rejection: &Rejection<'_>) -> Response<B> {
         let (mut status, retry_after) = Self::status(rejection);
         if let Some(retry_after) = retry_after {
-            let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+            // Rounded up, like `Retry-After`: a client that waits the pushback
+            // is never early, even by the fraction of a millisecond dropped.
+            let millis =
+                u64::try_from(retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
             let seconds = runlimit_core::ceil_seconds(retry_after);
             let metadata = status.metadata_mut();
             metadata.insert("grpc-retry-pushback-ms", MetadataValue::from(millis));

@@ -1,16 +1,18 @@
 //! The layer and its configuration.
 
-use std::{fmt, future::Future, pin::Pin, sync::Arc};
+use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
-use runlimit_core::{Lifecycle, Limiter, Policy};
+use runlimit_core::{Backend, Lifecycle, Limiter, Policy, Storage};
 use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy, policy_field};
 use tower_layer::Layer;
 
 use crate::{
+    body::{BodyKeyed, HeadKeyed},
     charge::{Charge, CountWhen},
     extract::{KeyExtractor, MissingMetadata, SharedExtractor},
     failure::FailureMode,
+    fields::ResponseFields,
     rejection::DefaultRejection,
     service::RateLimitService,
 };
@@ -19,6 +21,10 @@ pub(crate) type Selected<P> = Result<Arc<P>, MissingMetadata>;
 type SyncSelector<P> = Arc<dyn Fn(&Parts) -> Selected<P> + Send + Sync>;
 type AsyncSelector<P> =
     Arc<dyn Fn(&Parts) -> Pin<Box<dyn Future<Output = Selected<P>> + Send>> + Send + Sync>;
+pub(crate) type Applies = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+/// Whether a selected policy's counters are shared, for a layer that requires
+/// shared storage.
+pub(crate) type SharedCheck<L> = Arc<dyn Fn(&L, &<L as Limiter>::Policy) -> bool + Send + Sync>;
 
 /// A policy's name and advertisement, computed once per policy.
 #[derive(Debug)]
@@ -65,6 +71,10 @@ impl<P> Clone for PolicySource<P> {
 pub(crate) struct Rule<P> {
     pub(crate) source: PolicySource<P>,
     pub(crate) extractor: SharedExtractor<P>,
+    /// When set, the check runs only for requests it accepts.
+    pub(crate) applies: Option<Applies>,
+    /// Whether the policy's quota appears in response fields.
+    pub(crate) disclosed: bool,
 }
 
 impl<P> Clone for Rule<P> {
@@ -72,6 +82,8 @@ impl<P> Clone for Rule<P> {
         Self {
             source: self.source.clone(),
             extractor: Arc::clone(&self.extractor),
+            applies: self.applies.clone(),
+            disclosed: self.disclosed,
         }
     }
 }
@@ -85,34 +97,56 @@ pub(crate) struct Config<L: Limiter, M> {
     pub(crate) skip: Option<SkipPredicate>,
     pub(crate) failure: FailureMode,
     pub(crate) mapper: Arc<M>,
-    pub(crate) response_fields: bool,
-    /// `RateLimit-Policy` for a layer whose policies are all fixed, encoded once.
+    pub(crate) fields: ResponseFields,
+    /// `RateLimit-Policy` for the layer's checks, encoded once, when every one
+    /// is fixed, unconditional, disclosed and advertisable: valid whenever all
+    /// of them are reported.
     pub(crate) static_policy_field: Option<HeaderValue>,
     /// Set when requests count only for some responses.
     pub(crate) charge: Option<Arc<dyn Charge<L>>>,
+    /// Set when every policy must be stored where all replicas share it.
+    pub(crate) shared_check: Option<SharedCheck<L>>,
+    /// Whether the application declared it runs as one process.
+    pub(crate) process_local_allowed: bool,
 }
 
 impl<L: Limiter, M> Config<L, M> {
-    /// Adds a rule and re-encodes the static `RateLimit-Policy` value.
-    fn push_rule(&mut self, rule: Rule<L::Policy>) {
-        self.rules.push(rule);
-        self.refresh_static_policy_field();
-    }
-
-    /// Encodes `RateLimit-Policy` once when every policy is fixed.
+    /// Encodes `RateLimit-Policy` once when every check is fixed,
+    /// unconditional, disclosed and advertisable.
     fn refresh_static_policy_field(&mut self) {
         let advertised: Option<Vec<QuotaPolicy>> = self
             .rules
             .iter()
             .map(|rule| match &rule.source {
-                PolicySource::Fixed { meta, .. } => Some(meta.advertised.clone()),
+                PolicySource::Fixed { meta, .. } if rule.disclosed && rule.applies.is_none() => {
+                    meta.advertised.clone()
+                }
                 _ => None,
             })
-            .collect::<Option<Vec<_>>>()
-            .map(|all| all.into_iter().flatten().collect());
+            .collect();
         self.static_policy_field = advertised
             .and_then(|policies| policy_field(&policies).ok())
             .map(|(_, value)| value);
+    }
+
+    fn push_rule(&mut self, rule: Rule<L::Policy>) {
+        self.rules.push(rule);
+        self.refresh_static_policy_field();
+    }
+
+    /// The most recently added check, for the modifiers that apply to it.
+    ///
+    /// # Panics
+    ///
+    /// When no check has been added: a mistake in building the layer, found
+    /// when it is built.
+    fn last_rule(&mut self, modifier: &str) -> &mut Rule<L::Policy> {
+        match self.rules.last_mut() {
+            Some(rule) => rule,
+            None => {
+                panic!("RateLimitLayer::{modifier} modifies the last check added, and none was")
+            }
+        }
     }
 }
 
@@ -124,9 +158,11 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             skip: self.skip.clone(),
             failure: self.failure.clone(),
             mapper: Arc::clone(&self.mapper),
-            response_fields: self.response_fields,
+            fields: self.fields,
             static_policy_field: self.static_policy_field.clone(),
             charge: self.charge.clone(),
+            shared_check: self.shared_check.clone(),
+            process_local_allowed: self.process_local_allowed,
         }
     }
 }
@@ -137,27 +173,47 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// For each request the service:
 ///
 /// 1. evaluates the optional [`skip`](Self::skip) predicate on the request head;
-/// 2. resolves each check's policy (fixed, or selected per request among
-///    pre-validated policies, synchronously or asynchronously);
-/// 3. derives each check's [`SubjectKey`](runlimit_core::SubjectKey) with the
+/// 2. for a layer that [keys on the body](Self::key_reads_body), buffers the body
+///    up to its cap (a larger one is answered 413, never admitted);
+/// 3. resolves each check's policy (fixed, or selected per request among
+///    pre-validated policies, synchronously or asynchronously), leaving out
+///    checks whose [`only_when`](Self::only_when) predicate does not accept the
+///    request;
+/// 4. derives each check's [`SubjectKey`](runlimit_core::SubjectKey) with the
 ///    application's [`KeyExtractor`];
-/// 4. evaluates all checks as **one atomic batch** (a single check alone), so a
-///    client limit and an identity limit are consumed together or not at all;
-/// 5. on an enforced denial, a capacity denial, missing metadata or (failing
+/// 5. evaluates the enforced checks as **one atomic batch** (a single check
+///    alone), so a client limit and an identity limit are consumed together or
+///    not at all; then, if they allowed the request, the shadow checks, which
+///    never deny;
+/// 6. on an enforced denial, a capacity denial, missing metadata or (failing
 ///    closed) a backend error, answers through the
 ///    [`RejectionMapper`](crate::RejectionMapper) **without calling the inner
-///    service or reading the request body**;
-/// 6. otherwise appends the decisions to the request's
+///    service**;
+/// 7. otherwise appends the decisions to the request's
 ///    [`RateLimitContext`](crate::RateLimitContext) and calls the inner service
-///    that was polled ready, optionally appending `RateLimit` fields to its
-///    response.
+///    that was polled ready, adding [response fields](Self::fields) for its
+///    disclosed policies to its response, and refunding by
+///    [`count_when`](Self::count_when) when asked.
+///
+/// # Response fields and nested layers
+///
+/// `RateLimit-Policy` and `RateLimit` describe the same policies, in the same
+/// order, on every response that carries them: the layer's reported checks
+/// (those that applied, were decided on the quota and are disclosed) in the
+/// order they were added. A quota denial reports the denied policy alone, if
+/// disclosed. Responses travel back out through outer layers, which add their
+/// own fields before the inner layers' members: a request an inner layer
+/// denied gets the outer layers' allowed members first, then the inner
+/// layer's denied one. The legacy fields hold one quota, the most restrictive
+/// across the layers.
 ///
 /// # What the layer does not do
 ///
 /// It never reads `Forwarded`, `X-Forwarded-For`, `ConnectInfo`, cookies or
-/// identities: which peers are trusted proxies and how subjects are normalized
-/// is the application's decision, made in its key extractors. It does not bound
-/// concurrency (use a semaphore or `tower::limit`) or buffer bodies, and it
+/// identities on its own: which peers are trusted proxies and how subjects are
+/// normalized is the application's decision, made in its key extractors (the
+/// ready-made [`PeerIp`](crate::PeerIp) reads the TCP peer, never a header). It
+/// does not bound concurrency (use a semaphore or `tower::limit`), and it
 /// refunds quota only when told to with [`count_when`](Self::count_when).
 ///
 /// # Examples
@@ -196,14 +252,15 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct RateLimitLayer<L: Limiter, M = DefaultRejection> {
+pub struct RateLimitLayer<L: Limiter, M = DefaultRejection, B = HeadKeyed> {
     // Shared with every service the layer makes: `layer` runs once per route
     // and, for routers that never receive their state, once per request, so it
     // must be an `Arc` clone and nothing more.
     config: Arc<Config<L, M>>,
+    body: B,
 }
 
-impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
+impl<L: Limiter> RateLimitLayer<L, DefaultRejection, HeadKeyed> {
     /// A layer over `limiter` with no checks yet, failing closed, answering
     /// rejections with [`DefaultRejection`].
     ///
@@ -225,15 +282,18 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection> {
                 skip: None,
                 failure: FailureMode::default(),
                 mapper: Arc::new(DefaultRejection),
-                response_fields: true,
+                fields: ResponseFields::Draft,
                 static_policy_field: None,
                 charge: None,
+                shared_check: None,
+                process_local_allowed: false,
             }),
+            body: HeadKeyed,
         }
     }
 }
 
-impl<L: Limiter, M> RateLimitLayer<L, M> {
+impl<L: Limiter, M, B> RateLimitLayer<L, M, B> {
     /// The configuration to change while building; copied only if a clone of
     /// this layer already shares it.
     fn config_mut(&mut self) -> &mut Config<L, M> {
@@ -241,24 +301,27 @@ impl<L: Limiter, M> RateLimitLayer<L, M> {
     }
 }
 
-impl<L, M> RateLimitLayer<L, M>
+impl<L, M, B> RateLimitLayer<L, M, B>
 where
     L: Limiter,
     L::Policy: Advertise,
 {
     /// Adds a check of a fixed, pre-validated `policy`, keyed by `extractor`.
-    /// Several checks are evaluated as one atomic batch, in the order added.
+    /// Enforced checks are evaluated as one atomic batch, in the order added.
     #[must_use]
     pub fn check(
         mut self,
         policy: impl Into<Arc<L::Policy>>,
-        extractor: impl KeyExtractor<L::Policy>,
+        mut extractor: impl KeyExtractor<L::Policy>,
     ) -> Self {
         let policy = policy.into();
+        extractor.prepare(&policy);
         let meta = PolicyMeta::of(&*policy);
         self.config_mut().push_rule(Rule {
             source: PolicySource::Fixed { policy, meta },
             extractor: Arc::new(extractor),
+            applies: None,
+            disclosed: true,
         });
         self
     }
@@ -276,6 +339,8 @@ where
         self.config_mut().push_rule(Rule {
             source: PolicySource::Select(Arc::new(select)),
             extractor: Arc::new(extractor),
+            applies: None,
+            disclosed: true,
         });
         self
     }
@@ -298,7 +363,57 @@ where
         self.config_mut().push_rule(Rule {
             source: PolicySource::SelectAsync(select),
             extractor: Arc::new(extractor),
+            applies: None,
+            disclosed: true,
         });
+        self
+    }
+
+    /// Makes the check added last apply only to requests `applies` accepts
+    /// (Suprnova's `only_when`). For other requests the check is left out
+    /// entirely: no key, no quota consumed, no context entry, no field. A
+    /// password-reset request that names no account is then not counted
+    /// against a per-recipient limit, while the layer's other checks still
+    /// run.
+    ///
+    /// This is not how to handle trusted metadata that is missing: a request a
+    /// check applies to but cannot key is still rejected, never admitted.
+    /// A layer that [keys on the body](Self::key_reads_body) can read it here
+    /// as the [`RequestBody`](crate::RequestBody) extension.
+    ///
+    /// # Panics
+    ///
+    /// If no check has been added yet: a mistake in building the layer,
+    /// found when it is built.
+    #[must_use]
+    pub fn only_when(mut self, applies: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        let config = self.config_mut();
+        config.last_rule("only_when").applies = Some(Arc::new(applies));
+        config.refresh_static_policy_field();
+        self
+    }
+
+    /// Withholds the check added last from every response field and from
+    /// the default rejection's body: its quota is enforced and reported to
+    /// handlers in the [`RateLimitContext`](crate::RateLimitContext), never to
+    /// clients.
+    ///
+    /// Policies are disclosed by default, because the draft fields exist to
+    /// tell a client about its own quota, and a quota keyed on the caller
+    /// itself (its address, its API key) tells it nothing about anyone else.
+    /// Withhold every policy keyed on something a caller names rather than is:
+    /// an identity policy's `r=` on a login route would tell a caller how many
+    /// attempts remain on someone else's account.
+    ///
+    /// # Panics
+    ///
+    /// If no check has been added yet: a mistake in building the layer,
+    /// found when it is built.
+    #[must_use]
+    pub fn withhold_fields(mut self) -> Self {
+        let config = self.config_mut();
+        config.last_rule("withhold_fields").disclosed = false;
+        config.refresh_static_policy_field();
         self
     }
 
@@ -318,26 +433,39 @@ where
         self
     }
 
-    /// Whether allowed responses get `RateLimit-Policy` and `RateLimit` fields
-    /// for this layer's policies (on by default). Nested layers add theirs in
-    /// composition order, outermost first.
+    /// Which rate-limit fields responses get; [`ResponseFields::Draft`] by
+    /// default. Nested layers add theirs in composition order, outermost first.
     #[must_use]
-    pub fn response_fields(mut self, enabled: bool) -> Self {
-        self.config_mut().response_fields = enabled;
+    pub fn fields(mut self, fields: ResponseFields) -> Self {
+        self.config_mut().fields = fields;
         self
+    }
+
+    /// Whether responses get the draft `RateLimit-Policy` and `RateLimit`
+    /// fields (on by default); the same as [`fields`](Self::fields) with
+    /// [`ResponseFields::Draft`] or [`ResponseFields::None`].
+    #[must_use]
+    pub fn response_fields(self, enabled: bool) -> Self {
+        self.fields(if enabled {
+            ResponseFields::Draft
+        } else {
+            ResponseFields::None
+        })
     }
 
     /// Replaces the rejection mapper.
     #[must_use]
-    pub fn rejection_mapper<M2>(self, mapper: M2) -> RateLimitLayer<L, M2> {
+    pub fn rejection_mapper<M2>(self, mapper: M2) -> RateLimitLayer<L, M2, B> {
         let Config {
             limiter,
             rules,
             skip,
             failure,
-            response_fields,
+            fields,
             static_policy_field,
             charge,
+            shared_check,
+            process_local_allowed,
             ..
         } = Arc::unwrap_or_clone(self.config);
         RateLimitLayer {
@@ -347,22 +475,79 @@ where
                 skip,
                 failure,
                 mapper: Arc::new(mapper),
-                response_fields,
+                fields,
                 static_policy_field,
                 charge,
+                shared_check,
+                process_local_allowed,
             }),
+            body: self.body,
         }
     }
 }
 
-impl<L, M> RateLimitLayer<L, M>
+impl<L, M> RateLimitLayer<L, M, HeadKeyed>
+where
+    L: Limiter,
+    L::Policy: Advertise,
+{
+    /// Buffers each request's body, up to `limit` bytes, before any key is
+    /// extracted, so extractors and [`only_when`](Self::only_when) predicates
+    /// can read a field of a login or password-reset form from the
+    /// [`RequestBody`](crate::RequestBody) extension (Suprnova's
+    /// `key_reads_body`).
+    ///
+    /// A body over the cap (declared by `Content-Length` or read) is answered
+    /// 413 and never admitted unkeyed, so padding a body is no way out of the
+    /// limit; one that fails while being read is answered 400, and one not
+    /// received within the [time limit](Self::body_timeout) (10 seconds unless
+    /// set) 408, all without consuming quota or calling the inner service. The
+    /// inner service receives exactly the bytes read. Memory per request is
+    /// bounded by the cap.
+    ///
+    /// Opt-in, because buffering is work an unauthenticated caller makes the
+    /// service do before it can be refused: every request on the route is read
+    /// into memory, up to the cap, and held while its checks run. Keep the cap
+    /// near the largest legitimate form, and keep a coarse head-keyed limit
+    /// (a per-client gate) in an outer layer so floods are refused before
+    /// their bodies are read.
+    ///
+    /// The request body type must be buildable from the bytes read
+    /// (`From<Bytes>`), as axum's `Body` is.
+    #[must_use]
+    pub fn key_reads_body(self, limit: usize) -> RateLimitLayer<L, M, BodyKeyed> {
+        RateLimitLayer {
+            config: self.config,
+            body: BodyKeyed {
+                limit,
+                timeout: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
+impl<L, M> RateLimitLayer<L, M, BodyKeyed>
+where
+    L: Limiter,
+    L::Policy: Advertise,
+{
+    /// How long reading a body may take before the request is answered 408
+    /// (10 seconds by default).
+    #[must_use]
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body.timeout = timeout;
+        self
+    }
+}
+
+impl<L, M, B> RateLimitLayer<L, M, B>
 where
     L: Lifecycle + 'static,
     L::Policy: Advertise,
 {
     /// Counts a request against this layer's quotas only when `counts`
     /// returns `true` for its response's status and headers; otherwise the
-    /// request's charge is refunded (every check of the layer's batch).
+    /// request's charge is refunded (every check of the layer).
     ///
     /// Quota is still consumed at admission, so concurrent requests can
     /// never slip past the limit while their handlers run ("count after the
@@ -403,15 +588,81 @@ where
     }
 }
 
-impl<L: Limiter, M> Clone for RateLimitLayer<L, M> {
+/// A layer required a shared quota on a backend that keeps a policy in
+/// process memory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "policy {policy} must be shared across replicas, but its backend keeps it in process memory; \
+     use a shared backend, or call allow_process_local() if this service runs as one process"
+)]
+pub struct ProcessLocalStorage {
+    /// The policy whose counters would be process-local.
+    pub policy: String,
+}
+
+impl<L, M, B> RateLimitLayer<L, M, B>
+where
+    L: Backend + 'static,
+    L::Policy: Advertise,
+{
+    /// Requires every check's quota to be shared across replicas: fails, when
+    /// the layer is built, if the backend keeps a fixed check's policy in
+    /// process memory (Suprnova refuses an in-memory limiter in production for
+    /// the same reason: behind N replicas a limit of 5 is really 5 × N, and
+    /// every deploy resets it, and nothing says so). Policies selected per
+    /// request are checked per request and refused (as a backend failure)
+    /// when process-local.
+    ///
+    /// Call it after adding the checks. A service that really runs as one
+    /// process says so with [`allow_process_local`](Self::allow_process_local).
+    ///
+    /// # Errors
+    ///
+    /// [`ProcessLocalStorage`], naming the first policy kept in process memory.
+    pub fn require_shared(mut self) -> Result<Self, ProcessLocalStorage> {
+        if self.config.process_local_allowed {
+            return Ok(self);
+        }
+        for rule in &self.config.rules {
+            if let PolicySource::Fixed { policy, meta } = &rule.source
+                && !self.config.limiter.storage(policy).is_shared()
+            {
+                return Err(ProcessLocalStorage {
+                    policy: meta.name.as_str().to_owned(),
+                });
+            }
+        }
+        self.config_mut().shared_check = Some(Arc::new(|limiter: &L, policy: &L::Policy| {
+            limiter.storage(policy) == Storage::Shared
+        }));
+        Ok(self)
+    }
+}
+
+impl<L: Limiter, M, B> RateLimitLayer<L, M, B> {
+    /// Declares that this service runs as a single process, so a
+    /// process-local quota is the whole quota:
+    /// [`require_shared`](Self::require_shared), called after it, then accepts
+    /// any backend. An explicit choice, like Suprnova's
+    /// `RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION`, made in code rather than by
+    /// leaving the guard out (say, from the deployment's configuration).
+    #[must_use]
+    pub fn allow_process_local(mut self) -> Self {
+        self.config_mut().process_local_allowed = true;
+        self
+    }
+}
+
+impl<L: Limiter, M, B: Clone> Clone for RateLimitLayer<L, M, B> {
     fn clone(&self) -> Self {
         Self {
             config: Arc::clone(&self.config),
+            body: self.body.clone(),
         }
     }
 }
 
-impl<L: Limiter, M> fmt::Debug for RateLimitLayer<L, M>
+impl<L: Limiter, M, B: fmt::Debug> fmt::Debug for RateLimitLayer<L, M, B>
 where
     L::Policy: Policy,
 {
@@ -420,15 +671,16 @@ where
             .field("checks", &self.config.rules.len())
             .field("skip", &self.config.skip.is_some())
             .field("failure", &self.config.failure)
-            .field("response_fields", &self.config.response_fields)
+            .field("fields", &self.config.fields)
+            .field("body", &self.body)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, L: Limiter, M> Layer<S> for RateLimitLayer<L, M> {
-    type Service = RateLimitService<S, L, M>;
+impl<S, L: Limiter, M, B: Copy> Layer<S> for RateLimitLayer<L, M, B> {
+    type Service = RateLimitService<S, L, M, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(inner, Arc::clone(&self.config))
+        RateLimitService::new(inner, Arc::clone(&self.config), self.body)
     }
 }

@@ -17,6 +17,22 @@
 //!
 //! Allowed and shadow-denied decisions reach handlers as a
 //! [`RateLimitContext`] request extension that nested layers append to.
+//!
+//! Around that core:
+//!
+//! * ready-made extractors: [`PeerIp`] (the TCP peer, IPv6 aggregated by
+//!   prefix) and [`FromExtension`] (a value a trusted layer normalized);
+//! * [`RateLimitLayer::key_reads_body`]: keys from a capped, buffered body
+//!   ([`RequestBody`]), for per-recipient limits on forms;
+//! * [`RateLimitLayer::only_when`]: checks that apply to some requests only;
+//! * shadow checks beside enforced ones, evaluated after the enforced batch
+//!   allowed the request;
+//! * [`RateLimitLayer::withhold_fields`] and [`ResponseFields`]: which policies
+//!   and which fields (draft-11, legacy `X-RateLimit-*`) clients see;
+//! * [`RateLimitLayer::count_when`]: count only some outcomes (failed logins),
+//!   refunding the rest;
+//! * [`RateLimitLayer::require_shared`]: refuse a process-local backend for a
+//!   quota that must hold across replicas.
 // The gRPC mapper exists only with its feature; without it, name it unlinked.
 #![cfg_attr(
     feature = "tonic",
@@ -37,10 +53,13 @@
 //! `runlimit-demo` crate's `resolve_client` middleware shows the pattern. Keying
 //! on a raw forwarding header lets every caller pick their own bucket.
 
+mod body;
 mod charge;
 mod context;
 mod extract;
+mod extractors;
 mod failure;
+mod fields;
 mod future;
 #[cfg(feature = "tonic")]
 pub mod grpc;
@@ -48,10 +67,13 @@ mod layer;
 mod rejection;
 mod service;
 
+pub use body::{BodyKeyed, BodyMode, HeadKeyed, RequestBody};
 pub use context::{AppliedPolicy, RateLimitContext};
 pub use extract::{KeyExtractor, MissingMetadata};
+pub use extractors::{FromExtension, PeerIp, PrefixError};
 pub use failure::FailureMode;
+pub use fields::ResponseFields;
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
+pub use layer::{ProcessLocalStorage, RateLimitLayer};
 pub use rejection::{DefaultRejection, Rejection, RejectionMapper};
 pub use service::RateLimitService;

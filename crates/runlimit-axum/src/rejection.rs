@@ -5,7 +5,7 @@ use std::{error::Error, time::Duration};
 use http::{HeaderValue, Response, StatusCode, header};
 use runlimit_core::Denial;
 use runlimit_http::{
-    draft_11::{PolicyName, QuotaStatus, status_field},
+    draft_11::PolicyName,
     legacy::retry_after_value,
     problem::{self, QuotaExceededProblem},
 };
@@ -28,6 +28,10 @@ pub enum Rejection<'a> {
         policy: &'a PolicyName,
         /// The denial, with its retry time.
         denial: &'a Denial,
+        /// Whether the policy may be disclosed to the client (see
+        /// [`RateLimitLayer::withhold_fields`](crate::RateLimitLayer::withhold_fields)):
+        /// when not, name neither the policy nor its quota in the response.
+        disclosed: bool,
     },
     /// The backend had no room for a new subject. Always fail-closed.
     StorageCapacity {
@@ -40,6 +44,21 @@ pub enum Rejection<'a> {
     BackendFailure {
         /// The backend's error. Do not send its text to clients.
         error: &'a (dyn Error + Send + Sync + 'static),
+    },
+    /// A layer that keys on the body received one larger than its cap
+    /// (declared or read). Never admitted: padding a body must not be a way
+    /// out of the limit.
+    PayloadTooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+    /// A layer that keys on the body could not read it (the connection
+    /// failed, or the body was malformed at the transport level).
+    BodyUnreadable,
+    /// A layer that keys on the body did not receive it in time.
+    BodyTimedOut {
+        /// The time limit.
+        after: Duration,
     },
 }
 
@@ -64,9 +83,12 @@ where
 
 /// The default responses:
 ///
-/// * quota exceeded: `429 Too Many Requests` with `Retry-After`, the draft-11
-///   `RateLimit` field for the denied policy, and an RFC 9457 problem body
-///   naming it;
+/// * quota exceeded: `429 Too Many Requests` with `Retry-After` and an RFC 9457
+///   problem body naming the policy (when it is disclosed; the layer adds its
+///   rate-limit fields for a disclosed policy, per its
+///   [`ResponseFields`](crate::ResponseFields));
+/// * a body over the cap: `413 Content Too Large`; an unreadable body: `400 Bad
+///   Request`; a body not received in time: `408 Request Timeout`;
 /// * storage capacity and backend failure: `503 Service Unavailable`, with
 ///   `Retry-After` when a retry time is known;
 /// * missing trusted metadata: `500 Internal Server Error`, since it means the
@@ -79,8 +101,17 @@ pub struct DefaultRejection;
 impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
     fn respond(&self, rejection: &Rejection<'_>) -> Response<B> {
         match rejection {
-            Rejection::QuotaExceeded { policy, denial } => {
-                let problem = QuotaExceededProblem::new(vec![(*policy).clone()]);
+            Rejection::QuotaExceeded {
+                policy,
+                denial,
+                disclosed,
+            } => {
+                let named = if *disclosed {
+                    vec![(*policy).clone()]
+                } else {
+                    Vec::new()
+                };
+                let problem = QuotaExceededProblem::new(named);
                 let body = serde_json::to_string(&problem).unwrap_or_default();
                 let mut response = Response::new(B::from(body));
                 *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -88,13 +119,16 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 headers.insert(header::CONTENT_TYPE, problem::CONTENT_TYPE);
                 let retry_after = denial.retry_after().unwrap_or_default();
                 headers.insert(header::RETRY_AFTER, retry_after_value(retry_after));
-                if let Ok((name, value)) = QuotaStatus::new((*policy).clone(), 0, retry_after)
-                    .and_then(|status| status_field(&[status]))
-                {
-                    headers.insert(name, value);
-                }
                 response
             }
+            Rejection::PayloadTooLarge { .. } => {
+                plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+            }
+            Rejection::BodyUnreadable => plain(StatusCode::BAD_REQUEST, "request body unreadable"),
+            Rejection::BodyTimedOut { .. } => plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "request body not received in time",
+            ),
             Rejection::StorageCapacity { retry_after, .. } => {
                 let mut response =
                     plain(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");

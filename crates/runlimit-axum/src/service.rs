@@ -6,60 +6,68 @@ use std::{
     task::{Context, Poll},
 };
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, header::Entry};
-use runlimit_core::{BatchDecision, Check, Decision, Denial, Limiter};
-use runlimit_http::draft_11::{
-    Advertise, PolicyName, QuotaPolicy, RATELIMIT_POLICY, policy_field, status_field_for,
-};
+use http::{Request, Response, request::Parts};
+use runlimit_core::{BatchDecision, Check, Decision, Denial, Limiter, QuotaMode, Receipt};
+use runlimit_http::draft_11::{Advertise, PolicyName};
 use smallvec::SmallVec;
 use tower_service::Service;
 
 use crate::{
+    body::{BodyMode, HeadKeyed},
     charge::Outcome,
     context::{AppliedPolicy, RateLimitContext},
     extract::MissingMetadata,
+    fields::{fields_for, prepend},
     future::ResponseFuture,
-    layer::{Config, PolicyMeta, PolicySource},
+    layer::{Config, PolicyMeta, PolicySource, ProcessLocalStorage},
     rejection::{Rejection, RejectionMapper},
 };
 
 /// The service [`RateLimitLayer`](crate::RateLimitLayer) produces.
-pub struct RateLimitService<S, L: Limiter, M> {
+pub struct RateLimitService<S, L: Limiter, M, B = HeadKeyed> {
     inner: S,
     config: Arc<Config<L, M>>,
+    body: B,
 }
 
-impl<S, L: Limiter, M> RateLimitService<S, L, M> {
-    pub(crate) fn new(inner: S, config: Arc<Config<L, M>>) -> Self {
-        Self { inner, config }
-    }
-}
-
-impl<S: Clone, L: Limiter, M> Clone for RateLimitService<S, L, M> {
-    fn clone(&self) -> Self {
+impl<S, L: Limiter, M, B> RateLimitService<S, L, M, B> {
+    pub(crate) fn new(inner: S, config: Arc<Config<L, M>>, body: B) -> Self {
         Self {
-            inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
+            inner,
+            config,
+            body,
         }
     }
 }
 
-impl<S: fmt::Debug, L: Limiter, M> fmt::Debug for RateLimitService<S, L, M> {
+impl<S: Clone, L: Limiter, M, B: Copy> Clone for RateLimitService<S, L, M, B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+            body: self.body,
+        }
+    }
+}
+
+impl<S: fmt::Debug, L: Limiter, M, B: fmt::Debug> fmt::Debug for RateLimitService<S, L, M, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
             .field("checks", &self.config.rules.len())
+            .field("body", &self.body)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, L, M, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, L, M>
+impl<S, L, M, B, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, L, M, B>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     L: Limiter + 'static,
     L::Policy: Advertise + 'static,
     M: RejectionMapper<ResBody>,
+    B: BodyMode<ReqBody>,
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
 {
@@ -76,7 +84,12 @@ where
         // leave a fresh clone for the next poll_ready.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(Box::pin(admit(Arc::clone(&self.config), ready, request)))
+        ResponseFuture::new(Box::pin(admit(
+            Arc::clone(&self.config),
+            self.body,
+            ready,
+            request,
+        )))
     }
 }
 
@@ -85,6 +98,9 @@ where
 struct Resolved<'a, P> {
     policy: PolicyRef<'a, P>,
     meta: MetaRef<'a>,
+    disclosed: bool,
+    /// The layer's rule this check comes from.
+    rule: usize,
 }
 
 enum PolicyRef<'a, P> {
@@ -109,10 +125,10 @@ enum MetaRef<'a> {
 }
 
 impl MetaRef<'_> {
-    fn name(&self) -> &PolicyName {
+    fn get(&self) -> &PolicyMeta {
         match self {
-            Self::Fixed(meta) => &meta.name,
-            Self::Selected(meta) => &meta.name,
+            Self::Fixed(meta) => meta,
+            Self::Selected(meta) => meta,
         }
     }
 
@@ -124,11 +140,30 @@ impl MetaRef<'_> {
     }
 }
 
-/// Rules per layer that stay on the stack; more spill to the heap.
+/// Checks per layer that stay on the stack; more spill to the heap.
 const INLINE_RULES: usize = 2;
 
-async fn admit<S, L, M, ReqBody, ResBody>(
+type Inline<T> = SmallVec<[T; INLINE_RULES]>;
+
+/// One group of checks evaluated together (the enforced ones, or the shadow
+/// ones) and its receipt, for a refund.
+struct Group<'a, P> {
+    checks: Inline<Check<'a, P>>,
+    receipt: Option<Receipt>,
+}
+
+/// Why admission stopped before the inner service.
+enum Stop<E> {
+    /// Reject with this response.
+    Reject(E),
+    /// A backend error the failure mode admits: call the inner service
+    /// without context or fields.
+    FailOpen,
+}
+
+async fn admit<S, L, M, B, ReqBody, ResBody>(
     config: Arc<Config<L, M>>,
+    body_mode: B,
     mut inner: S,
     request: Request<ReqBody>,
 ) -> Result<Response<ResBody>, S::Error>
@@ -137,6 +172,7 @@ where
     L: Limiter,
     L::Policy: Advertise + 'static,
     M: RejectionMapper<ResBody>,
+    B: BodyMode<ReqBody>,
 {
     let (mut parts, body) = request.into_parts();
     if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
@@ -148,47 +184,199 @@ where
             missing: MissingMetadata::new("the rate-limit layer has no checks configured"),
         }));
     }
+    let body = match body_mode.prepare(&mut parts, body).await {
+        Ok(body) => body,
+        Err(rejection) => return Ok(config.mapper.respond(&rejection)),
+    };
 
     // Resolve every policy before touching the backend: selection failures never
-    // consume quota and never fail open.
-    let mut resolved: SmallVec<[Resolved<'_, L::Policy>; INLINE_RULES]> = SmallVec::new();
-    for rule in &config.rules {
-        let policy = match &rule.source {
-            PolicySource::Fixed { policy, meta } => Ok(Resolved {
-                policy: PolicyRef::Fixed(&**policy),
-                meta: MetaRef::Fixed(meta),
-            }),
-            PolicySource::Select(select) => select(&parts).map(resolve),
-            PolicySource::SelectAsync(select) => select(&parts).await.map(resolve),
-        };
-        match policy {
-            Ok(policy) => resolved.push(policy),
+    // consume quota and never fail open. Checks that do not apply are left out.
+    let resolved = match resolve(&config, &parts).await {
+        Ok(resolved) => resolved,
+        Err(response) => return Ok(response),
+    };
+    if resolved.is_empty() {
+        // No check applies to this request: nothing to count.
+        return inner.call(Request::from_parts(parts, body)).await;
+    }
+
+    let mut checks: Inline<Check<'_, L::Policy>> = SmallVec::new();
+    for policy in &resolved {
+        match config.rules[policy.rule]
+            .extractor
+            .extract(&parts, &policy.policy)
+        {
+            Ok(key) => checks.push(Check::new(&*policy.policy, key)),
             Err(missing) => {
                 return Ok(config.mapper.respond(&Rejection::MissingMetadata {
+                    policy: Some(&policy.meta.get().name),
+                    missing,
+                }));
+            }
+        }
+    }
+
+    let mut decisions: Inline<Option<Decision>> = SmallVec::from_elem(None, resolved.len());
+    let mut groups: SmallVec<[Group<'_, L::Policy>; 2]> = SmallVec::new();
+    match evaluate(&config, &resolved, &checks, &mut decisions, &mut groups).await {
+        Ok(()) => {}
+        Err(Stop::Reject(response)) => return Ok(response),
+        Err(Stop::FailOpen) => return inner.call(Request::from_parts(parts, body)).await,
+    }
+
+    let mut applied: Inline<AppliedPolicy> = SmallVec::new();
+    let mut reported: Inline<(&PolicyMeta, &Decision)> = SmallVec::new();
+    for (policy, decision) in resolved.iter().zip(&decisions) {
+        if let Some(decision) = decision {
+            applied.push(AppliedPolicy::new(
+                policy.meta.to_arc(),
+                *decision,
+                policy.disclosed,
+            ));
+            if policy.disclosed {
+                reported.push((policy.meta.get(), decision));
+            }
+        }
+    }
+    // The precomputed `RateLimit-Policy` describes every check of the layer.
+    let static_policy = config
+        .static_policy_field
+        .as_ref()
+        .filter(|_| reported.len() == config.rules.len());
+    let fields = fields_for(config.fields, &reported, static_policy);
+    drop(reported);
+    // Outer layers' context stays first: nested layers append.
+    parts
+        .extensions
+        .get_or_insert_with(RateLimitContext::default)
+        .extend(applied);
+
+    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+    if let Some(charge) = &config.charge
+        && !charge.counts(response.status(), response.headers())
+    {
+        for group in &mut groups {
+            if let Some(receipt) = group.receipt.take() {
+                charge.refund(&config.limiter, &group.checks, receipt).await;
+            }
+        }
+    }
+    prepend(response.headers_mut(), fields);
+    Ok(response)
+}
+
+/// The policies of the checks that apply to this request, in order.
+async fn resolve<'a, L, M, ResBody>(
+    config: &'a Config<L, M>,
+    parts: &Parts,
+) -> Result<Inline<Resolved<'a, L::Policy>>, Response<ResBody>>
+where
+    L: Limiter,
+    L::Policy: Advertise + 'static,
+    M: RejectionMapper<ResBody>,
+{
+    let mut resolved = SmallVec::new();
+    for (rule_index, rule) in config.rules.iter().enumerate() {
+        if rule.applies.as_ref().is_some_and(|applies| !applies(parts)) {
+            continue;
+        }
+        let policy = match &rule.source {
+            PolicySource::Fixed { policy, meta } => {
+                Ok((PolicyRef::Fixed(&**policy), MetaRef::Fixed(meta)))
+            }
+            PolicySource::Select(select) => select(parts).map(selected),
+            PolicySource::SelectAsync(select) => select(parts).await.map(selected),
+        };
+        let (policy, meta) = match policy {
+            Ok(policy) => policy,
+            Err(missing) => {
+                return Err(config.mapper.respond(&Rejection::MissingMetadata {
                     policy: None,
                     missing,
                 }));
             }
+        };
+        if let (PolicyRef::Selected(selected), Some(is_shared)) = (&policy, &config.shared_check)
+            && !is_shared(&config.limiter, selected)
+        {
+            let error = ProcessLocalStorage {
+                policy: meta.get().name.as_str().to_owned(),
+            };
+            return Err(config
+                .mapper
+                .respond(&Rejection::BackendFailure { error: &error }));
         }
+        resolved.push(Resolved {
+            policy,
+            meta,
+            disclosed: rule.disclosed,
+            rule: rule_index,
+        });
     }
+    Ok(resolved)
+}
 
-    let mut checks: SmallVec<[Check<'_, L::Policy>; INLINE_RULES]> = SmallVec::new();
-    for (rule, policy) in config.rules.iter().zip(&resolved) {
-        match rule.extractor.extract(&parts, &policy.policy) {
-            Ok(key) => checks.push(Check::new(&*policy.policy, key)),
-            Err(missing) => {
-                return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-                    policy: Some(policy.meta.name()),
-                    missing,
-                }));
-            }
-        }
+fn selected<'a, P: runlimit_core::Policy + Advertise>(
+    policy: Arc<P>,
+) -> (PolicyRef<'a, P>, MetaRef<'a>) {
+    let meta = PolicyMeta::of(&*policy);
+    (PolicyRef::Selected(policy), MetaRef::Selected(meta))
+}
+
+/// Evaluates the enforced checks as one atomic batch, then, if they allowed
+/// the request, the shadow checks, so a shadow check never denies and never
+/// consumes for a request the enforced ones refused. Fills `decisions` (by
+/// position) and `groups` (for refunds).
+async fn evaluate<'a, L, M, ResBody>(
+    config: &Config<L, M>,
+    resolved: &[Resolved<'_, L::Policy>],
+    checks: &[Check<'a, L::Policy>],
+    decisions: &mut [Option<Decision>],
+    groups: &mut SmallVec<[Group<'a, L::Policy>; 2]>,
+) -> Result<(), Stop<Response<ResBody>>>
+where
+    L: Limiter,
+    L::Policy: Advertise + 'static,
+    M: RejectionMapper<ResBody>,
+{
+    let shadow = |check: &Check<'_, L::Policy>| {
+        runlimit_core::Policy::quota_mode(check.policy()) == QuotaMode::Shadow
+    };
+    let mixed = checks.iter().any(shadow) && !checks.iter().all(shadow);
+    if !mixed {
+        let positions: Inline<usize> = (0..checks.len()).collect();
+        return evaluate_group(config, resolved, checks, &positions, decisions, groups).await;
     }
+    // Enforced first; shadow only if the enforced batch let the request through.
+    for wants_shadow in [false, true] {
+        let positions: Inline<usize> = (0..checks.len())
+            .filter(|&position| shadow(&checks[position]) == wants_shadow)
+            .collect();
+        let group: Inline<Check<'a, L::Policy>> =
+            positions.iter().map(|&position| checks[position]).collect();
+        evaluate_group(config, resolved, &group, &positions, decisions, groups).await?;
+    }
+    Ok(())
+}
 
-    // One check needs no batch; several are one atomic batch. A layer that
-    // counts by outcome also keeps the receipt, and the checks it names.
-    let outcome = match (&config.charge, checks.as_slice()) {
-        (Some(charge), checks) => charge.admit(&config.limiter, checks).await,
+/// Evaluates `group` (the checks at `positions`) as one check or one atomic
+/// batch and records its decisions, or the rejection it ends in.
+async fn evaluate_group<'a, L, M, ResBody>(
+    config: &Config<L, M>,
+    resolved: &[Resolved<'_, L::Policy>],
+    group: &[Check<'a, L::Policy>],
+    positions: &[usize],
+    decisions: &mut [Option<Decision>],
+    groups: &mut SmallVec<[Group<'a, L::Policy>; 2]>,
+) -> Result<(), Stop<Response<ResBody>>>
+where
+    L: Limiter,
+    L::Policy: Advertise + 'static,
+    M: RejectionMapper<ResBody>,
+{
+    // A layer that counts by outcome also keeps the receipt.
+    let outcome = match (&config.charge, group) {
+        (Some(charge), group) => charge.admit(&config.limiter, group).await,
         (None, [single]) => config
             .limiter
             .check(single)
@@ -201,85 +389,88 @@ where
             .map(|batch| (Outcome::Batch(batch), None)),
     };
     let (outcome, receipt) = match outcome {
-        Ok((outcome, receipt)) => (Ok(outcome), receipt),
-        Err(error) => (Err(error), None),
-    };
-    let applied: SmallVec<[AppliedPolicy; INLINE_RULES]> = match outcome {
+        Ok(outcome) => outcome,
         Err(error) => {
             if config.failure.admits_after(&error) {
-                return inner.call(Request::from_parts(parts, body)).await;
+                return Err(Stop::FailOpen);
             }
-            return Ok(config
-                .mapper
-                .respond(&Rejection::BackendFailure { error: &error }));
-        }
-        Ok(Outcome::Single(decision)) => match decision.denial() {
-            Some(denial) if decision.is_denied() => {
-                return Ok(config
+            return Err(Stop::Reject(
+                config
                     .mapper
-                    .respond(&rejection(resolved[0].meta.name(), denial)));
+                    .respond(&Rejection::BackendFailure { error: &error }),
+            ));
+        }
+    };
+    groups.push(Group {
+        checks: group.iter().copied().collect(),
+        receipt,
+    });
+    let denied = |index: usize, denial: &Denial| {
+        let policy = &resolved[positions[index]];
+        Err(Stop::Reject(quota_rejection(
+            config,
+            policy.meta.get(),
+            policy.disclosed,
+            denial,
+        )))
+    };
+    match outcome {
+        Outcome::Single(decision) => {
+            if let Some(denial) = decision.denial().filter(|_| decision.is_denied()) {
+                return denied(0, denial);
             }
-            _ => resolved
-                .iter()
-                .map(|policy| AppliedPolicy::new(policy.meta.to_arc(), decision))
-                .collect(),
-        },
-        Ok(Outcome::Batch(BatchDecision::Allowed(decisions))) => resolved
-            .iter()
-            .zip(decisions)
-            .map(|(policy, decision)| AppliedPolicy::new(policy.meta.to_arc(), decision))
-            .collect(),
-        Ok(Outcome::Batch(BatchDecision::ShadowDenied { index, denial })) => {
+            decisions[positions[0]] = Some(decision);
+        }
+        Outcome::Batch(BatchDecision::Allowed(allowed)) => {
+            for (&position, decision) in positions.iter().zip(allowed) {
+                decisions[position] = Some(decision);
+            }
+        }
+        Outcome::Batch(BatchDecision::ShadowDenied { index, denial }) => {
             // A shadow-denied batch consumed nothing; only the denying check has
             // a decision to report.
             match Decision::shadow_denied(denial) {
-                Ok(decision) => {
-                    std::iter::once(AppliedPolicy::new(resolved[index].meta.to_arc(), decision))
-                        .collect()
-                }
-                Err(_) => {
-                    return Ok(config
-                        .mapper
-                        .respond(&rejection(resolved[index].meta.name(), &denial)));
-                }
+                Ok(decision) => decisions[positions[index]] = Some(decision),
+                Err(_) => return denied(index, &denial),
             }
         }
-        Ok(Outcome::Batch(BatchDecision::Denied { index, denial })) => {
-            return Ok(config
-                .mapper
-                .respond(&rejection(resolved[index].meta.name(), &denial)));
-        }
-        Ok(Outcome::Batch(_)) => {
+        Outcome::Batch(BatchDecision::Denied { index, denial }) => return denied(index, &denial),
+        Outcome::Batch(_) => {
             // An outcome this version does not know: fail closed.
             let error = MissingMetadata::new("unrecognized batch decision");
-            return Ok(config
-                .mapper
-                .respond(&Rejection::BackendFailure { error: &error }));
+            return Err(Stop::Reject(
+                config
+                    .mapper
+                    .respond(&Rejection::BackendFailure { error: &error }),
+            ));
         }
-    };
-
-    let fields = if config.response_fields {
-        fields_for(&applied, config.static_policy_field.as_ref())
-    } else {
-        SmallVec::new()
-    };
-    // Outer layers' context stays first: nested layers append.
-    parts
-        .extensions
-        .get_or_insert_with(RateLimitContext::default)
-        .extend(applied);
-    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-    if let (Some(charge), Some(receipt)) = (&config.charge, receipt)
-        && !charge.counts(response.status(), response.headers())
-    {
-        charge.refund(&config.limiter, &checks, receipt).await;
     }
-    drop(checks);
-    prepend(response.headers_mut(), fields);
-    Ok(response)
+    Ok(())
 }
 
-fn rejection<'a>(name: &'a PolicyName, denial: &'a Denial) -> Rejection<'a> {
+/// The response to a denial of `meta`'s policy, with the layer's fields for
+/// it when it is disclosed.
+fn quota_rejection<L: Limiter, M, ResBody>(
+    config: &Config<L, M>,
+    meta: &PolicyMeta,
+    disclosed: bool,
+    denial: &Denial,
+) -> Response<ResBody>
+where
+    M: RejectionMapper<ResBody>,
+{
+    let mut response = config
+        .mapper
+        .respond(&rejection(&meta.name, disclosed, denial));
+    if disclosed && denial.is_quota_exceeded() {
+        let decision = Decision::denied(*denial);
+        let fields = fields_for(config.fields, &[(meta, &decision)], None);
+        prepend(response.headers_mut(), fields);
+    }
+    response
+}
+
+fn rejection<'a>(name: &'a PolicyName, disclosed: bool, denial: &'a Denial) -> Rejection<'a> {
     if denial.is_storage_capacity() {
         Rejection::StorageCapacity {
             policy: name,
@@ -289,63 +480,7 @@ fn rejection<'a>(name: &'a PolicyName, denial: &'a Denial) -> Rejection<'a> {
         Rejection::QuotaExceeded {
             policy: name,
             denial,
-        }
-    }
-}
-
-fn resolve<'a, P: runlimit_core::Policy + Advertise>(policy: Arc<P>) -> Resolved<'a, P> {
-    let meta = PolicyMeta::of(&*policy);
-    Resolved {
-        policy: PolicyRef::Selected(policy),
-        meta: MetaRef::Selected(meta),
-    }
-}
-
-type Fields = SmallVec<[(HeaderName, HeaderValue); 2]>;
-
-/// This layer's `RateLimit-Policy` and `RateLimit` values.
-fn fields_for(applied: &[AppliedPolicy], static_policy: Option<&HeaderValue>) -> Fields {
-    let mut fields = Fields::new();
-    let policy = match static_policy {
-        Some(value) => Some(value.clone()),
-        None => {
-            let advertised: Vec<QuotaPolicy> = applied
-                .iter()
-                .filter_map(|policy| policy.advertised().cloned())
-                .collect();
-            policy_field(&advertised).ok().map(|(_, value)| value)
-        }
-    };
-    if let Some(value) = policy {
-        fields.push((RATELIMIT_POLICY, value));
-    }
-    if let Some(field) = status_field_for(
-        applied
-            .iter()
-            .map(|policy| (policy.name(), policy.decision())),
-    ) {
-        fields.push(field);
-    }
-    fields
-}
-
-/// Puts this layer's field lines before those inner layers added, so members
-/// appear in composition order (outermost first) even though responses travel
-/// inside-out.
-fn prepend(headers: &mut HeaderMap, fields: Fields) {
-    for (name, value) in fields {
-        // One lookup in the common case, where no inner layer added the field.
-        let mut entry = match headers.entry(name) {
-            Entry::Vacant(vacant) => {
-                vacant.insert(value);
-                continue;
-            }
-            Entry::Occupied(occupied) => occupied,
-        };
-        let existing: Vec<HeaderValue> = entry.iter().cloned().collect();
-        entry.insert(value);
-        for value in existing {
-            entry.append(value);
+            disclosed,
         }
     }
 }

@@ -19,8 +19,9 @@ async fn exhausted_grpc_clients_get_resource_exhausted_with_retry_metadata() {
     )
     .expect("valid");
     let hasher = Arc::new(KeyHasher::new(b"grpc test secret of at least 32 bytes").expect("valid"));
-    let store = MemoryStore::new(MemoryStoreConfig::new(100).expect("valid"))
-        .with_clock(ManualClock::new());
+    let clock = ManualClock::new();
+    let store =
+        MemoryStore::new(MemoryStoreConfig::new(100).expect("valid")).with_clock(clock.clone());
     // In a real service the client identity would come from mTLS or an
     // authenticated extension; a test header stands in for it here.
     let layer = RateLimitLayer::new(store)
@@ -67,6 +68,9 @@ async fn exhausted_grpc_clients_get_resource_exhausted_with_retry_metadata() {
     for _ in 0..2 {
         client.check(request()).await.expect("admitted");
     }
+    // 2.4 ms later the window has 29,997.6 ms left: the pushback rounds the
+    // fraction up, never telling a client to come back early.
+    clock.advance(Duration::from_micros(2_400));
     let status = client
         .check(request())
         .await
@@ -77,7 +81,7 @@ async fn exhausted_grpc_clients_get_resource_exhausted_with_retry_metadata() {
             .metadata()
             .get("grpc-retry-pushback-ms")
             .map(|v| v.to_str().expect("ascii")),
-        Some("30000")
+        Some("29998")
     );
     assert_eq!(
         status

@@ -11,7 +11,7 @@
 //! * the asynchronous [`Limiter`] trait that backends implement: `runlimit-memory`
 //!   in process, `runlimit-postgres` and `runlimit-redis` across replicas;
 //! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s), peeks
-//!   and resets;
+//!   and resets; and [`Backend`], where a backend keeps counters ([`Storage`]);
 //! * [`Observer`]s for privacy-preserving operational telemetry.
 //!
 //! HTTP field encoding lives in `runlimit-http` and the Tower/Axum admission layer
@@ -43,6 +43,7 @@
 //!   constructors and rejects unknown fields. [`SubjectKey`], [`CounterKey`],
 //!   [`PolicyFingerprint`] and [`KeyHasher`] deliberately never serialize.
 
+mod backend;
 mod batch;
 mod check;
 mod decision;
@@ -54,6 +55,7 @@ mod limiter;
 mod observation;
 pub mod policy;
 
+pub use backend::{Backend, Storage};
 pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
 pub use check::{Check, CostError};
 pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};

@@ -173,6 +173,8 @@ where
     let limits = RateLimitLayer::from_shared(limiter)
         .check(client_policy, client_key)
         .check(identity_policy, identity_key)
+        // A caller must not learn how many attempts remain on an account.
+        .withhold_fields()
         .count_when(|status, _| !status.is_success());
     Ok(Router::new()
         .route("/login", post(login))
@@ -266,13 +268,15 @@ async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
             tally.requests += 1;
             *tally.by_status.entry(status).or_default() += 1;
             if status == 429 {
-                // The denied policy is the one the 429's RateLimit field names.
+                // A 429 names the denied policy in its RateLimit field, unless
+                // the policy is withheld from responses: only the identity
+                // policy is.
                 let policy = response
                     .headers()
                     .get("ratelimit")
                     .and_then(|value| value.to_str().ok())
                     .and_then(|value| value.split('"').nth(1))
-                    .unwrap_or("unknown")
+                    .unwrap_or("auth.login/identity (withheld from responses)")
                     .to_owned();
                 *tally.denied_by.entry(policy).or_default() += 1;
             }

@@ -10,9 +10,9 @@ use std::{
 use smallvec::SmallVec;
 
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, CapacityObservation,
-    Check, CleanupObservation, Decision, Denial, Lifecycle, Limiter, Observer, Operation, Policy,
-    Receipt, Refunded, Stamp, SubjectKey, notify, validate_batch,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
+    CapacityObservation, Check, CleanupObservation, Decision, Denial, Lifecycle, Limiter, Observer,
+    Operation, Policy, Receipt, Refunded, Stamp, Storage, SubjectKey, notify, validate_batch,
 };
 
 use crate::{
@@ -784,6 +784,16 @@ impl<A: Algorithm> fmt::Debug for Store<A> {
             .field("clock", &self.clock)
             .field("observer", &self.observer.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// Process-local: each process counts on its own.
+impl<A: Algorithm> Backend for Store<A>
+where
+    A::Policy: Policy,
+{
+    fn storage(&self, _policy: &Self::Policy) -> Storage {
+        Storage::ProcessLocal
     }
 }
 

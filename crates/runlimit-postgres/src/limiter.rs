@@ -8,9 +8,9 @@ use std::{
 };
 
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, Check,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, Stamp, SubjectKey,
+    Observer, Operation, Policy, Receipt, Refunded, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     notify, validate_batch,
 };
@@ -483,6 +483,13 @@ macro_rules! limiter_for {
                 checks: &[Check<'_, $policy>],
             ) -> Result<BatchDecision, CheckError> {
                 self.check_batch(checks).await.map(|(batch, _)| batch)
+            }
+        }
+
+        /// Shared by every replica connected to the database.
+        impl Backend for PostgresLimiter<$policy> {
+            fn storage(&self, _policy: &$policy) -> Storage {
+                Storage::Shared
             }
         }
 

@@ -12,9 +12,9 @@ use redis::{
     cluster_async::ClusterConnection,
 };
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, BatchDecision, Check, Decision,
-    Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation, Policy,
-    Receipt, Refunded, Stamp, SubjectKey,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation,
+    Policy, Receipt, Refunded, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     validate_batch,
 };
@@ -448,6 +448,16 @@ macro_rules! limiter_for {
                 checks: &[Check<'_, $policy>],
             ) -> Result<BatchDecision, CheckError> {
                 self.check_batch(checks).await.map(|(batch, _)| batch)
+            }
+        }
+
+        /// Shared by every replica connected to the server or cluster.
+        impl<C> Backend for RedisLimiter<C, $policy>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            fn storage(&self, _policy: &$policy) -> Storage {
+                Storage::Shared
             }
         }
 

@@ -48,6 +48,8 @@ pub fn app(hasher: KeyHasher) -> Result<Router, Box<dyn std::error::Error>> {
     let layer = RateLimitLayer::new(limiter)
         .check(client_policy, client_key)
         .check(identity_policy, identity_key)
+        // Never tell a caller how many attempts remain on someone's account.
+        .withhold_fields()
         .skip(|parts| parts.uri.path() == "/health")
         .failure_mode(FailureMode::fail_closed());
     Ok(Router::new()

@@ -1,0 +1,247 @@
+//! Ready-made key extractors for the common cases.
+//!
+//! Both hash with a [`KeyHasher`] prepared for the check's policy when the
+//! check is added ([`KeyHasher::prepared_for`]), and neither ever reads
+//! forwarding headers: which peers may set `X-Forwarded-For` is the
+//! application's decision, made in a layer before this one.
+
+use std::{
+    fmt,
+    marker::PhantomData,
+    net::{IpAddr, SocketAddr},
+};
+
+use axum::extract::ConnectInfo;
+use http::request::Parts;
+use runlimit_core::{KeyHasher, Policy, PolicyFingerprint, PreparedKeyHasher, SubjectKey};
+
+use crate::extract::{KeyExtractor, MissingMetadata};
+
+/// A hasher, and the same hasher prepared for the one policy it was added for.
+#[derive(Clone)]
+struct Hashing {
+    hasher: KeyHasher,
+    prepared: Option<(PolicyFingerprint, PreparedKeyHasher)>,
+}
+
+impl Hashing {
+    fn new(hasher: &KeyHasher) -> Self {
+        Self {
+            hasher: hasher.clone(),
+            prepared: None,
+        }
+    }
+
+    fn prepare<P: Policy>(&mut self, policy: &P) {
+        self.prepared = Some((*policy.fingerprint(), self.hasher.prepared_for(policy)));
+    }
+
+    fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
+        match &self.prepared {
+            // The prepared hasher derives the same keys, faster, for its policy.
+            Some((fingerprint, prepared)) if fingerprint == policy.fingerprint() => {
+                prepared.hash_for(policy, subject)
+            }
+            _ => self.hasher.hash_for(policy, subject),
+        }
+    }
+}
+
+/// Why an IPv6 prefix length was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrefixError {
+    /// The length was zero or above 128 bits.
+    #[error("IPv6 prefix length {0} is outside 1..=128")]
+    OutOfRange(u8),
+}
+
+/// Keys a check on the TCP peer's address, from axum's
+/// `ConnectInfo<SocketAddr>` (serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`).
+///
+/// IPv4 peers are keyed by their /32, IPv6 peers by a prefix, /64 by default:
+/// one IPv6 host usually owns a whole /64, so keying on the /128 would give a
+/// caller 2<sup>64</sup> quotas. IPv4-mapped IPv6 addresses count as IPv4. The
+/// subject hashed is, for reproduction in other services:
+///
+/// * IPv4: the byte `4` and the four address bytes;
+/// * IPv6: the byte `6`, the prefix length, and the sixteen address bytes with
+///   every bit past the prefix cleared.
+///
+/// It reads the TCP peer only: behind a reverse proxy every request comes
+/// from the proxy, so establish the client address in a trusted-proxy layer
+/// and key on that extension with [`FromExtension`] instead.
+///
+/// ```
+/// use runlimit_axum::PeerIp;
+/// use runlimit_core::KeyHasher;
+///
+/// let hasher = KeyHasher::new(b"load a 32+ byte secret from secret storage")?;
+/// let per_network = PeerIp::new(&hasher).with_ipv6_prefix(56)?;
+/// # let _ = per_network;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct PeerIp {
+    hashing: Hashing,
+    ipv6_prefix: u8,
+}
+
+impl PeerIp {
+    /// Keys on the peer's /32 (IPv4) or /64 (IPv6).
+    #[must_use]
+    pub fn new(hasher: &KeyHasher) -> Self {
+        Self {
+            hashing: Hashing::new(hasher),
+            ipv6_prefix: 64,
+        }
+    }
+
+    /// Keys IPv6 peers on their first `bits` bits instead.
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError::OutOfRange`] unless `1 <= bits <= 128`.
+    pub fn with_ipv6_prefix(mut self, bits: u8) -> Result<Self, PrefixError> {
+        if !(1..=128).contains(&bits) {
+            return Err(PrefixError::OutOfRange(bits));
+        }
+        self.ipv6_prefix = bits;
+        Ok(self)
+    }
+
+    /// The subject bytes for `address`.
+    fn subject(&self, address: IpAddr) -> SmallSubject {
+        match address.to_canonical() {
+            IpAddr::V4(v4) => {
+                let mut subject = [0; 18];
+                subject[0] = 4;
+                subject[1..5].copy_from_slice(&v4.octets());
+                SmallSubject(subject, 5)
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.ipv6_prefix))
+                    .unwrap_or(0);
+                let mut subject = [0; 18];
+                subject[0] = 6;
+                subject[1] = self.ipv6_prefix;
+                subject[2..].copy_from_slice(&(bits & mask).to_be_bytes());
+                SmallSubject(subject, 18)
+            }
+        }
+    }
+}
+
+/// A subject of at most 18 bytes, built without allocating.
+struct SmallSubject([u8; 18], usize);
+
+impl SmallSubject {
+    fn as_bytes(&self) -> &[u8] {
+        &self.0[..self.1]
+    }
+}
+
+impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {
+    fn extract(&self, parts: &Parts, policy: &P) -> Result<SubjectKey, MissingMetadata> {
+        let ConnectInfo(peer) =
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .ok_or(MissingMetadata::new(
+                    "peer address (ConnectInfo<SocketAddr>)",
+                ))?;
+        Ok(self
+            .hashing
+            .hash(policy, self.subject(peer.ip()).as_bytes()))
+    }
+
+    fn prepare(&mut self, policy: &P) {
+        self.hashing.prepare(policy);
+    }
+}
+
+impl fmt::Debug for PeerIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerIp")
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Keys a check on a request extension of type `T` that an earlier,
+/// trusted layer inserted with a value it normalized (a client address it
+/// resolved behind trusted proxies, the account a login names, lower-cased):
+/// the subject hashed is `value.as_ref()`. A request without the extension
+/// is rejected as missing metadata, never admitted unkeyed.
+///
+/// ```
+/// use runlimit_axum::FromExtension;
+/// use runlimit_core::KeyHasher;
+///
+/// /// The account a login names, trimmed and lower-cased by the application.
+/// #[derive(Clone)]
+/// struct LoginAccount(String);
+///
+/// impl AsRef<[u8]> for LoginAccount {
+///     fn as_ref(&self) -> &[u8] {
+///         self.0.as_bytes()
+///     }
+/// }
+///
+/// let hasher = KeyHasher::new(b"load a 32+ byte secret from secret storage")?;
+/// let per_account = FromExtension::<LoginAccount>::new(&hasher);
+/// # let _ = per_account;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct FromExtension<T> {
+    hashing: Hashing,
+    extension: PhantomData<fn() -> T>,
+}
+
+impl<T> FromExtension<T> {
+    /// Keys on the `T` extension.
+    #[must_use]
+    pub fn new(hasher: &KeyHasher) -> Self {
+        Self {
+            hashing: Hashing::new(hasher),
+            extension: PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for FromExtension<T> {
+    fn clone(&self) -> Self {
+        Self {
+            hashing: self.hashing.clone(),
+            extension: PhantomData,
+        }
+    }
+}
+
+impl<P, T> KeyExtractor<P> for FromExtension<T>
+where
+    P: Policy + 'static,
+    T: AsRef<[u8]> + Send + Sync + 'static,
+{
+    fn extract(&self, parts: &Parts, policy: &P) -> Result<SubjectKey, MissingMetadata> {
+        let value = parts.extensions.get::<T>().ok_or(MissingMetadata::new(
+            "the request extension a check keys on",
+        ))?;
+        Ok(self.hashing.hash(policy, value.as_ref()))
+    }
+
+    fn prepare(&mut self, policy: &P) {
+        self.hashing.prepare(policy);
+    }
+}
+
+impl<T> fmt::Debug for FromExtension<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromExtension")
+            .field("extension", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}

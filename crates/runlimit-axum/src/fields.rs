@@ -1,0 +1,179 @@
+//! The response fields a layer sends: the draft-11 `RateLimit-Policy` and
+//! `RateLimit`, and the legacy `X-RateLimit-*` with `Retry-After`.
+
+use std::time::SystemTime;
+
+use http::{
+    HeaderMap, HeaderName, HeaderValue,
+    header::{Entry, RETRY_AFTER},
+};
+use runlimit_core::Decision;
+use runlimit_http::{
+    draft_11::{QuotaPolicy, RATELIMIT_POLICY, policy_field, status_field_for},
+    legacy::{LegacyFields, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET},
+};
+use smallvec::SmallVec;
+
+use crate::layer::PolicyMeta;
+
+/// Which rate-limit fields a layer adds to the responses it lets through and
+/// to its quota denials.
+///
+/// Only disclosed policies are reported (see
+/// [`RateLimitLayer::withhold_fields`](crate::RateLimitLayer::withhold_fields)),
+/// and `RateLimit-Policy` and `RateLimit` always list the same policies in the
+/// same order: those of the layer's checks that applied, were decided on the
+/// quota (not refused for storage capacity) and have a window of whole
+/// seconds (advertised windows are never rounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ResponseFields {
+    /// No rate-limit fields (a quota denial still gets `Retry-After` from the
+    /// default rejection).
+    None,
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11),
+    /// the default.
+    #[default]
+    Draft,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix
+    /// seconds) and, on denials, `Retry-After`, the shape Laravel and many API
+    /// clients read. The fields hold one quota, so they report the most
+    /// restrictive reported policy: the fewest units remaining, then the
+    /// latest reset.
+    Legacy,
+    /// Both.
+    DraftAndLegacy,
+}
+
+impl ResponseFields {
+    fn draft(self) -> bool {
+        matches!(self, Self::Draft | Self::DraftAndLegacy)
+    }
+
+    fn legacy(self) -> bool {
+        matches!(self, Self::Legacy | Self::DraftAndLegacy)
+    }
+}
+
+/// Field lines to add to one response.
+pub(crate) type Fields = SmallVec<[(HeaderName, HeaderValue); 2]>;
+
+/// Whether a decision says something about its quota: allowed, or denied on
+/// the quota. A storage-capacity denial does not.
+fn reports_quota(decision: &Decision) -> bool {
+    decision.is_allowed()
+        || decision
+            .denial()
+            .is_some_and(|denial| denial.is_quota_exceeded())
+}
+
+/// The fields for `reported` (disclosed policies and their decisions, in
+/// composition order). `static_policy` is the layer's precomputed
+/// `RateLimit-Policy`, valid when `reported` is every one of its checks.
+pub(crate) fn fields_for(
+    format: ResponseFields,
+    reported: &[(&PolicyMeta, &Decision)],
+    static_policy: Option<&HeaderValue>,
+) -> Fields {
+    let mut fields = Fields::new();
+    if format == ResponseFields::None {
+        return fields;
+    }
+    // The one list both draft fields describe.
+    let listed = || {
+        reported
+            .iter()
+            .filter(|(meta, decision)| meta.advertised.is_some() && reports_quota(decision))
+    };
+    if format.draft() {
+        let policy = match static_policy {
+            Some(value) => Some(value.clone()),
+            None => {
+                let advertised: SmallVec<[QuotaPolicy; 2]> = listed()
+                    .filter_map(|(meta, _)| meta.advertised.clone())
+                    .collect();
+                policy_field(&advertised).ok().map(|(_, value)| value)
+            }
+        };
+        if let Some(value) = policy {
+            fields.push((RATELIMIT_POLICY, value));
+            if let Some(status) =
+                status_field_for(listed().map(|(meta, decision)| (&meta.name, *decision)))
+            {
+                fields.push(status);
+            }
+        }
+    }
+    if format.legacy()
+        && let Some((_, decision)) = reported
+            .iter()
+            .filter(|(_, decision)| reports_quota(decision))
+            .min_by_key(|(_, decision)| {
+                let remaining = decision.remaining().unwrap_or(0);
+                let reset = decision.reset_after().or(decision.retry_after());
+                (remaining, std::cmp::Reverse(reset))
+            })
+        && let Some(legacy) = LegacyFields::from_decision(decision, SystemTime::now())
+    {
+        let mut headers = HeaderMap::new();
+        legacy.append_to(&mut headers);
+        fields.extend(
+            headers
+                .into_iter()
+                .filter_map(|(name, value)| name.map(|name| (name, value))),
+        );
+    }
+    fields
+}
+
+/// Adds this layer's `fields` to a response on its way out through the layer.
+///
+/// The draft fields are lists: this layer's members go before those inner
+/// layers added, so members appear in composition order (outermost first)
+/// even though responses travel inside-out. The legacy fields hold one quota:
+/// the set with the fewer units remaining is kept, this layer's or an inner
+/// layer's.
+pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
+    let remaining = |headers: &HeaderMap| -> Option<u64> {
+        headers
+            .get(&X_RATELIMIT_REMAINING)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse().ok())
+    };
+    let ours = fields
+        .iter()
+        .find(|(name, _)| *name == X_RATELIMIT_REMAINING)
+        .and_then(|(_, value)| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let keep_inner_legacy =
+        matches!((remaining(headers), ours), (Some(inner), Some(ours)) if inner <= ours);
+    for (name, value) in fields {
+        if is_legacy(&name) {
+            if !keep_inner_legacy {
+                headers.insert(name, value);
+            }
+            continue;
+        }
+        // One lookup in the common case, where no inner layer added the field.
+        let mut entry = match headers.entry(name) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(value);
+                continue;
+            }
+            Entry::Occupied(occupied) => occupied,
+        };
+        let existing: SmallVec<[HeaderValue; 2]> = entry.iter().cloned().collect();
+        entry.insert(value);
+        for value in existing {
+            entry.append(value);
+        }
+    }
+}
+
+/// Whether a field is one of the single-valued legacy fields.
+fn is_legacy(name: &HeaderName) -> bool {
+    *name == X_RATELIMIT_LIMIT
+        || *name == X_RATELIMIT_REMAINING
+        || *name == X_RATELIMIT_RESET
+        || *name == RETRY_AFTER
+}
