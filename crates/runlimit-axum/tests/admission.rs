@@ -24,10 +24,10 @@ use runlimit_axum::{
     RateLimitLayer, RequestBody, ResponseFields,
 };
 use runlimit_core::{
-    Backend, BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, QuotaMode,
-    Storage, SubjectKey,
+    Backend, BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, PolicyId,
+    QuotaMode, ScopeId, SlidingWindowPolicy, Storage, SubjectKey,
 };
-use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig};
+use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 mod common;
@@ -684,4 +684,65 @@ async fn no_fields_means_none_on_allowed_responses() {
         response.headers(),
         &["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"],
     );
+}
+
+#[tokio::test]
+async fn sliding_window_policies_are_advertised_and_enforced() {
+    let hasher = hasher();
+    let clock = ManualClock::new();
+    let store = Arc::new(
+        SlidingWindowStore::new(MemoryStoreConfig::new(100).expect("valid"))
+            .with_clock(clock.clone()),
+    );
+    let policy = SlidingWindowPolicy::new(
+        PolicyId::new("auth.reset").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        2,
+        Duration::from_secs(80),
+    )
+    .expect("valid");
+    let layer = RateLimitLayer::from_shared(store).check(
+        policy,
+        move |parts: &Parts, policy: &SlidingWindowPolicy| {
+            let common::Client(network) = parts
+                .extensions
+                .get::<common::Client>()
+                .ok_or(MissingMetadata::new("client network"))?;
+            Ok(hasher.hash_for(policy, network.as_bytes()))
+        },
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::default()));
+    let first = service
+        .clone()
+        .oneshot(request("net-s", "sam"))
+        .await
+        .expect("ok");
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        values(first.headers(), "ratelimit-policy"),
+        [r#""auth.reset/client";q=2;w=80"#]
+    );
+    // Counted in the eighth 0..10 s, the unit is released at 90 s.
+    assert_eq!(
+        values(first.headers(), "ratelimit"),
+        [r#""auth.reset/client";r=1;t=90"#]
+    );
+    service
+        .clone()
+        .oneshot(request("net-s", "sam"))
+        .await
+        .expect("ok");
+    clock.advance(Duration::from_secs(85));
+    let denied = service
+        .clone()
+        .oneshot(request("net-s", "sam"))
+        .await
+        .expect("ok");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(values(denied.headers(), "retry-after"), ["5"]);
+    clock.advance(Duration::from_secs(5));
+    let released = service.oneshot(request("net-s", "sam")).await.expect("ok");
+    assert_eq!(released.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use runlimit_core::{BatchDecision, Check, FixedWindowPolicy, Limiter, QuotaMode};
+use runlimit_core::{BatchDecision, Check, FixedWindowPolicy, Limiter};
 
 use crate::{
     TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all,
-    fixed_window, scope, subject, unique_policy_id,
+    fixed_window, subject, windows,
 };
 
 /// Runs every fixed-window case.
@@ -107,15 +107,7 @@ pub async fn fixed_window_weighted_costs<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy>,
 {
-    let case = "fixed window weighted";
-    let policy = fixed_window("weighted", 5, Duration::from_secs(60));
-    let weighted = |cost| {
-        Check::weighted(&policy, subject(3), cost).unwrap_or_else(|error| panic!("{case}: {error}"))
-    };
-    assert_allowed(case, &decide(limiter, &weighted(3), case).await, 2);
-    assert_quota_denied(case, &decide(limiter, &weighted(3), case).await);
-    assert_allowed(case, &decide(limiter, &weighted(2), case).await, 0);
-    assert_quota_denied(case, &decide(limiter, &weighted(1), case).await);
+    windows::weighted_costs(limiter).await;
 }
 
 /// A batch is all-or-nothing and allowed decisions keep input order.
@@ -171,27 +163,7 @@ pub async fn fixed_window_batch_caller_errors_consume_nothing<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy>,
 {
-    let case = "fixed window caller errors";
-    let policy = fixed_window("dupes", 2, Duration::from_secs(60));
-    let shadow =
-        fixed_window("dupes.shadow", 2, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
-    let check = Check::new(&policy, subject(6));
-    assert!(
-        limiter.check_all(&[check, check]).await.is_err(),
-        "{case}: duplicate accepted"
-    );
-    assert!(
-        limiter
-            .check_all(&[check, Check::new(&shadow, subject(6))])
-            .await
-            .is_err(),
-        "{case}: mixed modes accepted"
-    );
-    assert!(
-        limiter.check_all(&[]).await.is_err(),
-        "{case}: empty batch accepted"
-    );
-    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    windows::batch_caller_errors_consume_nothing(limiter).await;
 }
 
 /// A shadow denial permits the request, reports it would deny, and consumes
@@ -200,32 +172,7 @@ pub async fn fixed_window_shadow_mode<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy>,
 {
-    let case = "fixed window shadow";
-    let shadow =
-        fixed_window("shadow", 1, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
-    let check = Check::new(&shadow, subject(7));
-    assert_allowed(case, &decide(limiter, &check, case).await, 0);
-    let decision = decide(limiter, &check, case).await;
-    assert!(decision.is_shadow_denied(), "{case}: got {decision:?}");
-    assert!(
-        decision.permits_request() && decision.would_deny(),
-        "{case}: predicates"
-    );
-    let other =
-        fixed_window("shadow.other", 5, Duration::from_secs(60)).with_quota_mode(QuotaMode::Shadow);
-    let batch = [Check::new(&other, subject(8)), check];
-    match decide_all(limiter, &batch, case).await {
-        BatchDecision::ShadowDenied { index: 1, .. } => {}
-        other => panic!("{case}: expected a shadow-denied batch, got {other:?}"),
-    }
-    // Nothing was consumed from the other policy by the shadow-denied batch.
-    assert_allowed(case, &decide(limiter, &batch[0], case).await, 4);
-
-    let enforced = shadow.clone().with_quota_mode(QuotaMode::Enforce);
-    assert_quota_denied(
-        case,
-        &decide(limiter, &Check::new(&enforced, subject(7)), case).await,
-    );
+    windows::shadow_mode(limiter).await;
 }
 
 /// Retry-after durations are exact, and rounding to seconds goes up.
@@ -255,20 +202,5 @@ pub async fn fixed_window_policies_are_independent<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy>,
 {
-    let case = "fixed window independence";
-    let id = unique_policy_id("independent");
-    let small = FixedWindowPolicy::new(id.clone(), scope("client"), 1, Duration::from_secs(60))
-        .unwrap_or_else(|error| panic!("{error}"));
-    let larger = FixedWindowPolicy::new(id, scope("client"), 2, Duration::from_secs(60))
-        .unwrap_or_else(|error| panic!("{error}"));
-    assert_allowed(
-        case,
-        &decide(limiter, &Check::new(&small, subject(10)), case).await,
-        0,
-    );
-    assert_allowed(
-        case,
-        &decide(limiter, &Check::new(&larger, subject(10)), case).await,
-        1,
-    );
+    windows::policies_are_independent(limiter).await;
 }

@@ -2,18 +2,21 @@
 //!
 //! Each backend's tests hand the suite a [`Limiter`] and a [`TimeControl`] for
 //! its clock, then call the suites for the algorithms it supports:
-//! [`fixed_window_suite`] and [`gcra_suite`] (admission), and
-//! [`fixed_window_lifecycle_suite`] and [`gcra_lifecycle_suite`] (refund, peek
-//! and reset, for backends implementing [`Lifecycle`]). The same
+//! [`fixed_window_suite`], [`sliding_window_suite`] and [`gcra_suite`]
+//! (admission), and [`fixed_window_lifecycle_suite`],
+//! [`sliding_window_lifecycle_suite`] and [`gcra_lifecycle_suite`] (refund,
+//! peek and reset, for backends implementing [`Lifecycle`]). The same
 //! assertions then prove the same semantics for the memory stores, PostgreSQL and
-//! Redis: anchoring, expiry, denial without consumption, batch atomicity and
-//! order, duplicate rejection, shadow mode, weighted costs, GCRA burst and
-//! replenishment, and retry-after rounding.
+//! Redis: anchoring, expiry, sliding-window counting and release, denial
+//! without consumption, batch atomicity and order, duplicate rejection, shadow
+//! mode, weighted costs, GCRA burst and replenishment, extreme policies and
+//! retry-after rounding.
 //!
 //! Every case uses fresh, uniquely named policies, so the suite can share a
 //! backend (one database, one Redis) with other tests running in parallel.
 //!
-//! One module per capability: [`fixed_window`](mod@fixed_window) and [`gcra`](mod@gcra) hold the
+//! One module per capability: [`fixed_window`](mod@fixed_window),
+//! [`sliding_window`](mod@sliding_window) and [`gcra`](mod@gcra) hold the
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
 //! reset cases.
 //!
@@ -22,10 +25,15 @@
 pub mod fixed_window;
 pub mod gcra;
 pub mod lifecycle;
+pub mod sliding_window;
+mod windows;
 
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
-pub use lifecycle::{fixed_window_lifecycle_suite, gcra_lifecycle_suite};
+pub use lifecycle::{
+    fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
+};
+pub use sliding_window::sliding_window_suite;
 
 use std::{
     future::Future,
@@ -35,7 +43,7 @@ use std::{
 
 use runlimit_core::{
     BatchDecision, Check, Decision, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId,
-    ScopeId, SubjectKey,
+    ScopeId, SlidingWindowPolicy, SubjectKey,
 };
 
 /// Lets the suite move a backend's notion of time.
@@ -99,6 +107,17 @@ pub fn fixed_window(case: &str, limit: u64, window: Duration) -> FixedWindowPoli
         .unwrap_or_else(|error| panic!("invalid fixed-window policy: {error}"))
 }
 
+/// A sliding-window policy with a unique id.
+///
+/// # Panics
+///
+/// If the parameters are invalid.
+#[must_use]
+pub fn sliding_window(case: &str, limit: u64, window: Duration) -> SlidingWindowPolicy {
+    SlidingWindowPolicy::new(unique_policy_id(case), scope("client"), limit, window)
+        .unwrap_or_else(|error| panic!("invalid sliding-window policy: {error}"))
+}
+
 /// A GCRA policy with a unique id.
 ///
 /// # Panics
@@ -149,6 +168,22 @@ pub(crate) fn assert_close(
     assert!(
         actual <= expected && actual + drift >= expected,
         "{case}: {what} was {actual:?}, expected {expected:?} (tolerance {drift:?})"
+    );
+}
+
+/// Asserts `low < actual <= high`, `low` lowered by `drift`: the bounds a
+/// sliding window's reported times obey wherever in its eighth the clock is.
+pub(crate) fn assert_between(
+    case: &str,
+    what: &str,
+    actual: Option<Duration>,
+    (low, high): (Duration, Duration),
+    drift: Duration,
+) {
+    let actual = actual.unwrap_or_else(|| panic!("{case}: {what} missing"));
+    assert!(
+        actual + drift > low && actual <= high,
+        "{case}: {what} was {actual:?}, expected in ({low:?}, {high:?}] (tolerance {drift:?})"
     );
 }
 

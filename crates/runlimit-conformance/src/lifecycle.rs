@@ -4,15 +4,15 @@ use std::time::Duration;
 
 use runlimit_core::{
     Check, Decision, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, QuotaMode, Receipt,
-    Refunded,
+    Refunded, SlidingWindowPolicy,
 };
 
 use crate::{
-    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, fixed_window, gcra,
-    subject,
+    TimeControl, assert_allowed, assert_between, assert_close, assert_quota_denied, decide,
+    fixed_window, gcra, sliding_window, subject, windows,
 };
 
-async fn admit<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> Receipt {
+pub(crate) async fn admit<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> Receipt {
     match limiter.admit(check).await {
         Ok(mut admission) => {
             assert!(
@@ -179,31 +179,7 @@ pub async fn fixed_window_mismatched_refunds_change_nothing<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy> + Lifecycle,
 {
-    let case = "fixed window mismatched refund";
-    let policy = fixed_window("mismatch", 3, Duration::from_secs(60));
-    let check = Check::new(&policy, subject(35));
-    let other = Check::new(&policy, subject(36));
-    assert_allowed(case, &decide(limiter, &other, case).await, 2);
-    let receipt = admit(limiter, &check, case).await;
-    assert!(
-        limiter.refund(&[other], receipt).await.is_err(),
-        "{case}: a receipt for another subject"
-    );
-    let receipt = admit(limiter, &check, case).await;
-    assert!(
-        limiter.refund(&[check, other], receipt).await.is_err(),
-        "{case}: more checks than the receipt holds"
-    );
-    let weighted =
-        Check::weighted(&policy, subject(35), 2).unwrap_or_else(|error| panic!("{error}"));
-    let receipt = admit(limiter, &check, case).await;
-    assert!(
-        limiter.refund(&[weighted], receipt).await.is_err(),
-        "{case}: another cost"
-    );
-    // Three admissions of `check`, none refunded; `other` untouched.
-    assert_quota_denied(case, &decide(limiter, &check, case).await);
-    assert_allowed(case, &decide(limiter, &other, case).await, 1);
+    windows::mismatched_refunds_change_nothing(limiter).await;
 }
 
 /// A peek reports what a check would get, consuming and storing nothing.
@@ -388,6 +364,153 @@ where
     let case = "gcra reset";
     let policy = gcra("reset", 1, Duration::from_secs(60), 2);
     let check = Check::new(&policy, subject(43));
+    let receipt = admit(limiter, &check, case).await;
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    assert!(reset(limiter, &check, case).await, "{case}: a live counter");
+    assert!(
+        !reset(limiter, &check, case).await,
+        "{case}: already forgotten"
+    );
+    assert_allowed(case, &peek(limiter, &check, case).await, 2);
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    let refunded = refund(limiter, &[check], receipt, case).await;
+    assert_eq!(
+        refunded.credited(),
+        0,
+        "{case}: a receipt from before the reset"
+    );
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+}
+
+/// Runs every sliding-window refund, peek and reset case.
+pub async fn sliding_window_lifecycle_suite<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+    T: TimeControl,
+{
+    sliding_window_refund_restores_exactly(limiter).await;
+    sliding_window_refund_after_release_credits_nothing(limiter, time).await;
+    sliding_window_batch_refunds_credit_every_check(limiter).await;
+    windows::mismatched_refunds_change_nothing(limiter).await;
+    sliding_window_peek_reads_without_consuming(limiter, time).await;
+    sliding_window_reset_starts_afresh_and_voids_receipts(limiter).await;
+}
+
+/// A refund gives back exactly what the check consumed, to the eighth it was
+/// counted in.
+pub async fn sliding_window_refund_restores_exactly<L>(limiter: &L)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+{
+    let case = "sliding window refund";
+    let policy = sliding_window("refund", 3, Duration::from_secs(80));
+    let check = Check::new(&policy, subject(50));
+    assert_allowed(case, &decide(limiter, &check, case).await, 2);
+    let receipt = admit(limiter, &check, case).await;
+    let refunded = refund(limiter, &[check], receipt, case).await;
+    assert_eq!(refunded.credited(), 1, "{case}: credited");
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    assert_quota_denied(case, &decide(limiter, &check, case).await);
+}
+
+/// Once the units of an admission have been released, refunding it gives
+/// nothing back.
+pub async fn sliding_window_refund_after_release_credits_nothing<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+    T: TimeControl,
+{
+    let case = "sliding window released refund";
+    let window = Duration::from_millis(400);
+    let policy = sliding_window("released", 2, window);
+    let check = Check::new(&policy, subject(51));
+    let receipt = admit(limiter, &check, case).await;
+    time.elapse(window / 8 * 10).await;
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    let refunded = refund(limiter, &[check], receipt, case).await;
+    assert_eq!(refunded.credited(), 0, "{case}: already released");
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    assert_quota_denied(case, &decide(limiter, &check, case).await);
+}
+
+/// Refunding a batch credits every check of it, in one call.
+pub async fn sliding_window_batch_refunds_credit_every_check<L>(limiter: &L)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+{
+    let case = "sliding window batch refund";
+    let client = sliding_window("refund.client", 5, Duration::from_secs(80));
+    let identity = sliding_window("refund.identity", 2, Duration::from_secs(80));
+    let checks = [
+        Check::new(&client, subject(52)),
+        Check::new(&identity, subject(53)),
+    ];
+    assert_allowed(case, &decide(limiter, &checks[0], case).await, 4);
+    let receipt = match limiter.admit_all(&checks).await {
+        Ok(admission) => admission
+            .into_parts()
+            .1
+            .unwrap_or_else(|| panic!("{case}: an allowed batch carries a receipt")),
+        Err(error) => panic!("{case}: backend error: {error}"),
+    };
+    let refunded = refund(limiter, &checks, receipt, case).await;
+    assert_eq!((refunded.credited(), refunded.checks()), (2, 2));
+    assert_allowed(case, &decide(limiter, &checks[0], case).await, 3);
+    assert_allowed(case, &decide(limiter, &checks[1], case).await, 1);
+}
+
+/// A peek reports what a check would get, consuming and storing nothing.
+pub async fn sliding_window_peek_reads_without_consuming<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+    T: TimeControl,
+{
+    let case = "sliding window peek";
+    let window = Duration::from_secs(80);
+    let within = (window, window + window / 8);
+    let policy = sliding_window("peek", 3, window);
+    let check = Check::new(&policy, subject(54));
+    let fresh = peek(limiter, &check, case).await;
+    assert_allowed(case, &fresh, 3);
+    assert_eq!(fresh.reset_after(), Some(Duration::ZERO), "{case}: fresh");
+    assert_allowed(case, &decide(limiter, &check, case).await, 2);
+    assert_allowed(case, &decide(limiter, &check, case).await, 1);
+    for _ in 0..2 {
+        let peeked = peek(limiter, &check, case).await;
+        assert_allowed(case, &peeked, 1);
+        assert_between(case, "reset_after", peeked.reset_after(), within, time.drift());
+    }
+    let two = Check::weighted(&policy, subject(54), 2).unwrap_or_else(|error| panic!("{error}"));
+    let denied = peek(limiter, &two, case).await;
+    assert_quota_denied(case, &denied);
+    assert_between(case, "retry_after", denied.retry_after(), within, time.drift());
+    assert_allowed(case, &decide(limiter, &check, case).await, 0);
+    assert_quota_denied(case, &peek(limiter, &check, case).await);
+
+    let shadow = sliding_window("peek.shadow", 1, window).with_quota_mode(QuotaMode::Shadow);
+    let shadow_check = Check::new(&shadow, subject(54));
+    assert_allowed(case, &decide(limiter, &shadow_check, case).await, 0);
+    let peeked = peek(limiter, &shadow_check, case).await;
+    assert!(
+        peeked.is_shadow_denied(),
+        "{case}: shadow peek got {peeked:?}"
+    );
+}
+
+/// A reset forgets the counter, and receipts issued before credit nothing,
+/// even against units counted in the same eighth since.
+pub async fn sliding_window_reset_starts_afresh_and_voids_receipts<L>(limiter: &L)
+where
+    L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
+{
+    let case = "sliding window reset";
+    let policy = sliding_window("reset", 2, Duration::from_secs(80));
+    let check = Check::new(&policy, subject(55));
+    assert!(
+        !reset(limiter, &check, case).await,
+        "{case}: nothing to reset"
+    );
     let receipt = admit(limiter, &check, case).await;
     assert_allowed(case, &decide(limiter, &check, case).await, 0);
     assert!(reset(limiter, &check, case).await, "{case}: a live counter");

@@ -3,7 +3,7 @@
 //! `runlimit-core` holds what is independent of storage and framework:
 //!
 //! * validated identifiers ([`PolicyId`], [`ScopeId`]) and policies
-//!   ([`FixedWindowPolicy`], [`GcraPolicy`]) whose bounds ([`MAX_LIMIT`],
+//!   ([`FixedWindowPolicy`], [`SlidingWindowPolicy`], [`GcraPolicy`]) whose bounds ([`MAX_LIMIT`],
 //!   [`MAX_WINDOW`]) every backend represents exactly;
 //! * HMAC-derived subject keys ([`KeyHasher`], [`SubjectKey`]) and the
 //!   [`CounterKey`] a backend stores a counter under;
@@ -54,6 +54,7 @@ mod lifecycle;
 mod limiter;
 mod observation;
 pub mod policy;
+pub mod sliding;
 
 pub use backend::{Backend, Storage};
 pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
@@ -71,5 +72,5 @@ pub use observation::{
 };
 pub use policy::{
     Algorithm, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, MAX_WINDOW, Policy, PolicyError,
-    PolicyField, PolicyFingerprint, QuotaMode,
+    PolicyField, PolicyFingerprint, QuotaMode, SlidingWindowPolicy,
 };

@@ -67,6 +67,8 @@ pub enum Algorithm {
     FixedWindow,
     /// The generic cell rate algorithm ([`GcraPolicy`]).
     Gcra,
+    /// Sliding windows ([`SlidingWindowPolicy`]).
+    SlidingWindow,
 }
 
 impl Algorithm {
@@ -77,6 +79,7 @@ impl Algorithm {
         match self {
             Self::FixedWindow => "fixed_window",
             Self::Gcra => "gcra",
+            Self::SlidingWindow => "sliding_window",
         }
     }
 }
@@ -197,7 +200,9 @@ fn validate_duration(field: PolicyField, value: Duration) -> Result<u64, PolicyE
 /// * fixed window: `lp("runlimit policy fingerprint v1") ‖ lp("fixed_window") ‖
 ///   lp(id) ‖ lp(scope) ‖ u64(limit) ‖ u64(window in ms)`;
 /// * GCRA: `lp("runlimit policy fingerprint v1") ‖ lp("gcra") ‖ lp(id) ‖
-///   lp(scope) ‖ u64(quota) ‖ u64(period in ms) ‖ u64(burst capacity)`.
+///   lp(scope) ‖ u64(quota) ‖ u64(period in ms) ‖ u64(burst capacity)`;
+/// * sliding window: `lp("runlimit policy fingerprint v1") ‖ lp("sliding_window")
+///   ‖ lp(id) ‖ lp(scope) ‖ u64(limit) ‖ u64(window in ms)`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PolicyFingerprint([u8; 32]);
 
@@ -246,8 +251,9 @@ mod sealed {
 
 /// What every policy offers to checks, key hashing and backends.
 ///
-/// Implemented by [`FixedWindowPolicy`] and [`GcraPolicy`]; sealed, because a
-/// backend must know the exact semantics of every policy it is handed.
+/// Implemented by [`FixedWindowPolicy`], [`GcraPolicy`] and
+/// [`SlidingWindowPolicy`]; sealed, because a backend must know the exact
+/// semantics of every policy it is handed.
 pub trait Policy: fmt::Debug + Send + Sync + sealed::Sealed {
     /// The algorithm this policy uses.
     fn algorithm(&self) -> Algorithm;
@@ -259,8 +265,8 @@ pub trait Policy: fmt::Debug + Send + Sync + sealed::Sealed {
     fn quota_mode(&self) -> QuotaMode;
     /// The digest that keys this policy's counters.
     fn fingerprint(&self) -> &PolicyFingerprint;
-    /// The largest cost a single check may carry: the fixed-window limit or the
-    /// GCRA burst capacity.
+    /// The largest cost a single check may carry: the fixed- or sliding-window
+    /// limit, or the GCRA burst capacity.
     fn capacity(&self) -> u64;
 }
 
@@ -639,6 +645,141 @@ impl fmt::Debug for GcraPolicy {
 
 policy_identity!(GcraPolicy, Algorithm::Gcra, burst_capacity);
 
+/// A sliding-window policy: at most `limit` units in **every** interval of
+/// length `window`, with no boundary at which a caller may spend a quota twice.
+///
+/// # The guarantee, and what constant state costs
+///
+/// Backends keep constant state per key, whatever the limit: the units
+/// admitted in each of the last nine eighths of a window (the current eighth
+/// and the eight before it; [`SUB_WINDOWS`](crate::sliding::SUB_WINDOWS)). A
+/// check is admitted only if those counts plus its cost fit the limit, and
+/// they always cover the whole window before now, so:
+///
+/// * **never more than `limit` units are admitted in any interval of length
+///   `window`**, under any interleaving of checks, weighted costs, batches and
+///   refunds;
+/// * the price: a unit admitted in one eighth stops counting when the ninth
+///   eighth after it begins, so **a unit is available again at most
+///   `window / 8` after an exact per-request log would release it**, never
+///   before. The store may deny slightly earlier than an exact log; it never
+///   admits what the log would refuse.
+///
+/// `retry_after` is the exact earliest time at which the denied cost fits
+/// (when enough of the oldest eighths have dropped out), and `reset_after` the
+/// time until every counted unit has dropped out, both rounded up to whole
+/// milliseconds.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use runlimit_core::{PolicyId, ScopeId, SlidingWindowPolicy};
+///
+/// // At most 5 password resets per recipient in any 15 minutes.
+/// let policy = SlidingWindowPolicy::new(
+///     PolicyId::new("auth.reset")?,
+///     ScopeId::new("recipient")?,
+///     5,
+///     Duration::from_secs(15 * 60),
+/// )?;
+/// assert_eq!(policy.sub_window(), Duration::from_millis(112_500));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SlidingWindowPolicy {
+    id: PolicyId,
+    scope: ScopeId,
+    limit: u64,
+    window: Duration,
+    window_ms: u64,
+    quota_mode: QuotaMode,
+    fingerprint: PolicyFingerprint,
+}
+
+impl SlidingWindowPolicy {
+    /// Creates an enforcing policy of at most `limit` units in any `window`.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::CountOutOfRange`] unless `1 <= limit <= MAX_LIMIT`;
+    /// [`PolicyError::DurationOutOfRange`] unless `0 < window <= MAX_WINDOW`;
+    /// [`PolicyError::DurationNotWholeMilliseconds`] if `window` has a
+    /// sub-millisecond part.
+    pub fn new(
+        id: PolicyId,
+        scope: ScopeId,
+        limit: u64,
+        window: Duration,
+    ) -> Result<Self, PolicyError> {
+        let limit = validate_count(PolicyField::Limit, limit)?;
+        let window_ms = validate_duration(PolicyField::Window, window)?;
+        let fingerprint =
+            PolicyFingerprint::compute(Algorithm::SlidingWindow, &id, &scope, &[limit, window_ms]);
+        Ok(Self {
+            id,
+            scope,
+            limit,
+            window,
+            window_ms,
+            quota_mode: QuotaMode::Enforce,
+            fingerprint,
+        })
+    }
+
+    /// Returns the policy with `quota_mode`; the fingerprint, and so every stored
+    /// counter, stays the same.
+    #[inline]
+    #[must_use]
+    pub fn with_quota_mode(mut self, quota_mode: QuotaMode) -> Self {
+        self.quota_mode = quota_mode;
+        self
+    }
+
+    /// Units admitted in any window.
+    #[inline]
+    #[must_use]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    #[inline]
+    #[must_use]
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The window length in whole milliseconds.
+    #[inline]
+    #[must_use]
+    pub fn window_millis(&self) -> u64 {
+        self.window_ms
+    }
+
+    /// An eighth of the window: how finely backends count, and so the most a
+    /// unit's release can lag an exact log's.
+    #[inline]
+    #[must_use]
+    pub fn sub_window(&self) -> Duration {
+        self.window / 8
+    }
+}
+
+impl fmt::Debug for SlidingWindowPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindowPolicy")
+            .field("id", &self.id)
+            .field("scope", &self.scope)
+            .field("limit", &self.limit)
+            .field("window", &self.window)
+            .field("quota_mode", &self.quota_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+policy_identity!(SlidingWindowPolicy, Algorithm::SlidingWindow, limit);
+
 #[cfg(feature = "serde")]
 mod serde_impl {
     //! Policies serialize their parameters (never their fingerprint) and
@@ -648,12 +789,12 @@ mod serde_impl {
 
     use serde::{Deserialize, Serialize};
 
-    use super::{FixedWindowPolicy, GcraPolicy, PolicyError, QuotaMode};
+    use super::{FixedWindowPolicy, GcraPolicy, PolicyError, QuotaMode, SlidingWindowPolicy};
     use crate::id::{PolicyId, ScopeId};
 
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct FixedWindowRepr {
+    struct WindowRepr {
         id: PolicyId,
         scope: ScopeId,
         limit: u64,
@@ -664,7 +805,7 @@ mod serde_impl {
 
     impl Serialize for FixedWindowPolicy {
         fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            FixedWindowRepr {
+            WindowRepr {
                 id: self.id.clone(),
                 scope: self.scope.clone(),
                 limit: self.limit,
@@ -677,7 +818,30 @@ mod serde_impl {
 
     impl<'de> Deserialize<'de> for FixedWindowPolicy {
         fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            let repr = FixedWindowRepr::deserialize(deserializer)?;
+            let repr = WindowRepr::deserialize(deserializer)?;
+            Self::new(repr.id, repr.scope, repr.limit, repr.window)
+                .map(|policy| policy.with_quota_mode(repr.quota_mode))
+                .map_err(|error: PolicyError| serde::de::Error::custom(error))
+        }
+    }
+
+    /// A sliding window has a fixed window's parameters, and so its form.
+    impl Serialize for SlidingWindowPolicy {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            WindowRepr {
+                id: self.id.clone(),
+                scope: self.scope.clone(),
+                limit: self.limit,
+                window: self.window,
+                quota_mode: self.quota_mode,
+            }
+            .serialize(serializer)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for SlidingWindowPolicy {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let repr = WindowRepr::deserialize(deserializer)?;
             Self::new(repr.id, repr.scope, repr.limit, repr.window)
                 .map(|policy| policy.with_quota_mode(repr.quota_mode))
                 .map_err(|error: PolicyError| serde::de::Error::custom(error))

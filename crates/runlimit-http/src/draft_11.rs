@@ -49,7 +49,9 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use runlimit_core::{Decision, FixedWindowPolicy, GcraPolicy, Policy, ceil_seconds};
+use runlimit_core::{
+    Decision, FixedWindowPolicy, GcraPolicy, Policy, SlidingWindowPolicy, ceil_seconds,
+};
 use std::fmt::Write as _;
 
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
@@ -202,6 +204,21 @@ impl QuotaPolicy {
     pub fn for_fixed_window(
         name: PolicyName,
         policy: &FixedWindowPolicy,
+    ) -> Result<Self, FieldError> {
+        Self::new(name, policy.limit(), policy.window())
+    }
+
+    /// A sliding-window policy as `q` = limit, `w` = window: at most `q` in
+    /// any `w` seconds. A decision's `r` is the units a check would be
+    /// admitted now and `t` the time until every counted unit is released
+    /// (the whole quota free again), as for GCRA.
+    ///
+    /// # Errors
+    ///
+    /// [`FieldError::WindowNotWholeSeconds`] if the window has a sub-second part.
+    pub fn for_sliding_window(
+        name: PolicyName,
+        policy: &SlidingWindowPolicy,
     ) -> Result<Self, FieldError> {
         Self::new(name, policy.limit(), policy.window())
     }
@@ -403,6 +420,12 @@ pub trait Advertise {
 impl Advertise for FixedWindowPolicy {
     fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
         QuotaPolicy::for_fixed_window(name, self)
+    }
+}
+
+impl Advertise for SlidingWindowPolicy {
+    fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
+        QuotaPolicy::for_sliding_window(name, self)
     }
 }
 

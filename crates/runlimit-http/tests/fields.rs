@@ -3,11 +3,14 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use runlimit_core::{Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId};
+use runlimit_core::{
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SlidingWindowPolicy,
+};
 use runlimit_http::{
     FieldError,
     draft_11::{
-        MAX_INTEGER, PolicyName, QuotaPolicy, QuotaStatus, QuotaUnit, policy_field, status_field,
+        Advertise, MAX_INTEGER, PolicyName, QuotaPolicy, QuotaStatus, QuotaUnit, policy_field,
+        status_field,
     },
     legacy::{LegacyFields, retry_after_value},
     problem::{CONTENT_TYPE, QuotaExceededProblem},
@@ -143,6 +146,21 @@ fn policies_and_decisions_convert() {
     assert_eq!(
         policy_field(&[policy]).expect("ok").1,
         r#""api/client";q=10;w=1"#
+    );
+
+    let sliding = SlidingWindowPolicy::new(
+        PolicyId::new("auth.reset").expect("valid"),
+        ScopeId::new("recipient").expect("valid"),
+        5,
+        Duration::from_secs(900),
+    )
+    .expect("valid");
+    let policy = sliding
+        .quota_policy(PolicyName::of(&sliding))
+        .expect("valid");
+    assert_eq!(
+        policy_field(&[policy]).expect("ok").1,
+        r#""auth.reset/recipient";q=5;w=900"#
     );
 
     let allowed = Decision::allowed(40, 39, Duration::from_millis(59_400)).expect("valid");

@@ -9,8 +9,9 @@
 use std::{fmt, time::Duration};
 
 use runlimit_core::{
-    Decision, Denial, FixedWindowPolicy, GcraPolicy,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy,
     gcra::{ExactNanos, GcraNanos},
+    sliding::{Buckets, COUNTED, SlidingNanos, SlidingOutcome},
 };
 
 const NANOS_PER_MILLI: u64 = 1_000_000;
@@ -27,24 +28,71 @@ pub(crate) mod sealed {
         Denied(Denial),
     }
 
-    /// A per-key state as the two words an entry stores. The second word stays
-    /// below 2<sup>63</sup>: the entry keeps its lock bit there.
+    use std::sync::atomic::AtomicU64;
+
+    /// A per-key state as the words an entry stores (two, or six for sliding
+    /// windows). The last word stays below 2<sup>63</sup>: the entry keeps its
+    /// lock bit there.
     ///
     /// Every state carries a 32-bit version, which refunds compare with the
     /// version a receipt recorded: it is drawn afresh when the table stores a
     /// new key, and changes whenever a reset or refund invalidates the
     /// receipts issued before it.
-    pub trait Packed: Copy {
-        /// The state as two words, the second below 2<sup>63</sup>.
-        fn pack(self) -> [u64; 2];
+    pub trait Packed: Copy + Send + Sync + 'static {
+        /// The words, `[u64; N]`.
+        type Words: Copy + Default + AsRef<[u64]> + AsMut<[u64]>;
+        /// The words as an entry holds them, `[AtomicU64; N]`.
+        type Atomic: AtomicWords<Words = Self::Words>;
+        /// An empty type aligned to the entry's size (32 or 64 bytes).
+        type Align: Send + Sync + 'static;
+        /// The state as words, the last below 2<sup>63</sup>.
+        fn pack(self) -> Self::Words;
         /// The state `pack` returned these words for.
-        fn unpack(words: [u64; 2]) -> Self;
+        fn unpack(words: Self::Words) -> Self;
         /// The state's version.
         fn version(&self) -> u32;
         /// The state with another version.
         #[must_use]
         fn with_version(self, version: u32) -> Self;
     }
+
+    /// `[AtomicU64; N]` for the `[u64; N]` a state packs into.
+    pub trait AtomicWords: Send + Sync + 'static {
+        type Words;
+        fn new(words: Self::Words) -> Self;
+        fn words(&self) -> &[AtomicU64];
+        /// Stores `words`, for a holder of the shard's exclusive lock.
+        fn set(&mut self, words: Self::Words);
+    }
+
+    impl<const N: usize> AtomicWords for [AtomicU64; N] {
+        type Words = [u64; N];
+
+        fn new(words: [u64; N]) -> Self {
+            words.map(AtomicU64::new)
+        }
+
+        fn words(&self) -> &[AtomicU64] {
+            self
+        }
+
+        fn set(&mut self, words: [u64; N]) {
+            // Held exclusively, so plain writes suffice.
+            for (atomic, word) in self.iter_mut().zip(words) {
+                *atomic.get_mut() = word;
+            }
+        }
+    }
+
+    /// Aligns a 32-byte entry (two state words).
+    #[derive(Debug)]
+    #[repr(align(32))]
+    pub struct Align32;
+
+    /// Aligns a 64-byte entry (six state words).
+    #[derive(Debug)]
+    #[repr(align(64))]
+    pub struct Align64;
 
     /// What a refund does to a stored state.
     #[derive(Debug)]
@@ -111,7 +159,8 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Credit, Engine, Evaluation, Packed, next_version};
+use sealed::{Align32, Align64, Credit, Engine, Evaluation, Packed, next_version};
+use std::sync::atomic::AtomicU64;
 
 /// The low 30 bits of an entry's second word hold a count or a GCRA
 /// remainder (both at most `MAX_LIMIT`, below 2<sup>30</sup>); the next 32
@@ -129,8 +178,8 @@ fn unpack_low(word: u64) -> (u64, u32) {
     (word & LOW_MASK, version)
 }
 
-/// The algorithm a [`Store`](crate::Store) runs; implemented by [`FixedWindow`]
-/// and [`Gcra`].
+/// The algorithm a [`Store`](crate::Store) runs; implemented by [`FixedWindow`],
+/// [`SlidingWindow`] and [`Gcra`].
 pub trait Algorithm: Engine + fmt::Debug {}
 
 /// Anchored fixed windows for [`FixedWindowPolicy`]: see
@@ -143,8 +192,14 @@ pub struct FixedWindow;
 #[derive(Debug, Clone, Copy)]
 pub struct Gcra;
 
+/// Sliding windows for [`SlidingWindowPolicy`]: see
+/// [`SlidingWindowStore`](crate::SlidingWindowStore).
+#[derive(Debug, Clone, Copy)]
+pub struct SlidingWindow;
+
 impl Algorithm for FixedWindow {}
 impl Algorithm for Gcra {}
+impl Algorithm for SlidingWindow {}
 
 fn millis_to_nanos(millis: u64) -> u64 {
     // Policies bound windows to MAX_WINDOW (3.2e10 ms), far below u64::MAX / 1e6.
@@ -167,6 +222,10 @@ pub struct WindowState {
 }
 
 impl Packed for WindowState {
+    type Words = [u64; 2];
+    type Atomic = [AtomicU64; 2];
+    type Align = Align32;
+
     #[inline]
     fn pack(self) -> [u64; 2] {
         // `used` never exceeds the policy's limit, at most MAX_LIMIT < 2^30.
@@ -320,6 +379,10 @@ pub struct GcraState {
 }
 
 impl Packed for GcraState {
+    type Words = [u64; 2];
+    type Atomic = [AtomicU64; 2];
+    type Align = Align32;
+
     #[inline]
     fn pack(self) -> [u64; 2] {
         // The remainder is below the quota, at most MAX_LIMIT < 2^30.
@@ -439,6 +502,156 @@ impl Engine for Gcra {
     fn forget(state: GcraState, _now: u64) -> GcraState {
         GcraState {
             tat: ExactNanos::from_whole(0),
+            version: next_version(state.version),
+        }
+    }
+}
+
+/// The counts of one sliding-window key: units admitted in each of the nine
+/// eighths of a window ending with the eighth of its latest admission, and
+/// when they all stop counting (a multiple of the policy's eighth, from which
+/// that eighth's number follows). Six words: a 64-byte entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingState {
+    expires_at: u64,
+    counts: [u64; COUNTED],
+    version: u32,
+}
+
+impl SlidingState {
+    fn buckets(&self, exact: &SlidingNanos) -> Buckets {
+        Buckets {
+            latest: (self.expires_at / exact.sub_window.max(1)).saturating_sub(COUNTED as u64),
+            counts: self.counts,
+        }
+    }
+
+    fn from_buckets(exact: &SlidingNanos, buckets: Buckets, version: u32) -> Self {
+        Self {
+            expires_at: exact.expiry_of(buckets.latest),
+            counts: buckets.counts,
+            version,
+        }
+    }
+}
+
+impl Packed for SlidingState {
+    type Words = [u64; 6];
+    type Atomic = [AtomicU64; 6];
+    type Align = Align64;
+
+    #[inline]
+    fn pack(self) -> [u64; 6] {
+        // Every count is at most the limit, at most MAX_LIMIT < 2^30.
+        let pair = |index: usize| self.counts[index] | (self.counts[index + 1] << LOW_BITS);
+        [
+            self.expires_at,
+            pair(0),
+            pair(2),
+            pair(4),
+            pair(6),
+            pack_low(self.counts[8], self.version),
+        ]
+    }
+
+    #[inline]
+    fn unpack(words: [u64; 6]) -> Self {
+        let mut counts = [0; COUNTED];
+        for pair in 0..4 {
+            counts[2 * pair] = words[pair + 1] & LOW_MASK;
+            counts[2 * pair + 1] = (words[pair + 1] >> LOW_BITS) & LOW_MASK;
+        }
+        let (last, version) = unpack_low(words[5]);
+        counts[8] = last;
+        Self {
+            expires_at: words[0],
+            counts,
+            version,
+        }
+    }
+
+    #[inline]
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    #[inline]
+    fn with_version(self, version: u32) -> Self {
+        Self { version, ..self }
+    }
+}
+
+impl Engine for SlidingWindow {
+    type State = SlidingState;
+    type Policy = SlidingWindowPolicy;
+    const ISSUER: &'static str = "runlimit-memory/sliding_window";
+
+    #[inline]
+    fn evaluate(
+        policy: &SlidingWindowPolicy,
+        state: Option<SlidingState>,
+        cost: u64,
+        now: u64,
+    ) -> Evaluation<SlidingState> {
+        let exact = SlidingNanos::new(policy);
+        let version = state.map_or(0, |state| state.version);
+        match exact.admit(state.map(|state| state.buckets(&exact)), cost, now) {
+            SlidingOutcome::Denied(denial) => Evaluation::Denied(denial),
+            SlidingOutcome::Allowed { decision, next } => Evaluation::Allowed {
+                decision,
+                next: SlidingState::from_buckets(&exact, next, version),
+            },
+        }
+    }
+
+    fn deadline(state: &SlidingState) -> u64 {
+        state.expires_at
+    }
+
+    fn peek(
+        policy: &SlidingWindowPolicy,
+        state: Option<SlidingState>,
+        cost: u64,
+        now: u64,
+    ) -> Decision {
+        let exact = SlidingNanos::new(policy);
+        exact.peek_decision(policy, state.map(|state| state.buckets(&exact)), cost, now)
+    }
+
+    fn stamp(state: &SlidingState) -> [u64; 3] {
+        // The eighth the admission counted in: the state's latest.
+        [
+            state.expires_at,
+            u64::from(state.version),
+            0,
+        ]
+    }
+
+    /// Gives `cost` back to the eighth the admission was counted in, while that
+    /// eighth still counts: the counts are then exactly those without the
+    /// refunded check, so no version changes.
+    fn refund(
+        policy: &SlidingWindowPolicy,
+        state: SlidingState,
+        [expires_at, version, _]: [u64; 3],
+        cost: u64,
+        now: u64,
+    ) -> Credit<SlidingState> {
+        if u64::from(state.version) != version {
+            return Credit::Nothing;
+        }
+        let exact = SlidingNanos::new(policy);
+        let admitted_in = (expires_at / exact.sub_window.max(1)).saturating_sub(COUNTED as u64);
+        match exact.refund(state.buckets(&exact), admitted_in, cost, now) {
+            Some(next) => Credit::To(SlidingState::from_buckets(&exact, next, state.version)),
+            None => Credit::Nothing,
+        }
+    }
+
+    fn forget(state: SlidingState, _now: u64) -> SlidingState {
+        SlidingState {
+            expires_at: 0,
+            counts: [0; COUNTED],
             version: next_version(state.version),
         }
     }

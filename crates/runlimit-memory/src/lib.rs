@@ -117,7 +117,9 @@ mod stats;
 mod store;
 mod table;
 
-pub use algorithm::{Algorithm, FixedWindow, Gcra, GcraState, WindowState};
+pub use algorithm::{
+    Algorithm, FixedWindow, Gcra, GcraState, SlidingState, SlidingWindow, WindowState,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, DEFAULT_CLEANUP_PER_CHECK, MAX_BATCH_SIZE, MAX_CLEANUP_PER_CHECK, MAX_KEYS,
@@ -136,3 +138,13 @@ pub type MemoryStore = Store<FixedWindow>;
 ///
 /// See the [crate documentation](crate) for its behaviour.
 pub type GcraStore = Store<Gcra>;
+
+/// A hard-bounded, sharded, process-local store of sliding windows: at most
+/// the limit in every interval of the window's length. Each key costs a
+/// 64-byte entry (nine counts of eighths of the window); see
+/// [`SlidingWindowPolicy`](runlimit_core::SlidingWindowPolicy) for the
+/// guarantee and its bound.
+///
+/// See the [crate documentation](crate) for the behaviour it shares with the
+/// other stores.
+pub type SlidingWindowStore = Store<SlidingWindow>;

@@ -23,7 +23,7 @@ use crate::{algorithm::sealed::Packed, error::MemoryStoreError, table::Table};
 
 /// A shard, aligned so that neighbouring shards' writes never share a line.
 #[repr(align(128))]
-pub(crate) struct Shard<S> {
+pub(crate) struct Shard<S: Packed> {
     table: ShardedLock<Table<S>>,
     /// The latest time an operation on this shard ran at, in nanoseconds.
     last_now: AtomicU64,
@@ -163,14 +163,14 @@ impl Drop for PoisonOnPanic<'_> {
 }
 
 /// A shard's table held for reading.
-pub(crate) struct SharedTable<'a, S> {
+pub(crate) struct SharedTable<'a, S: Packed> {
     // Declared first, so a panicking holder poisons the shard before the lock
     // is released.
     _poison: PoisonOnPanic<'a>,
     table: ShardedLockReadGuard<'a, Table<S>>,
 }
 
-impl<S> Deref for SharedTable<'_, S> {
+impl<S: Packed> Deref for SharedTable<'_, S> {
     type Target = Table<S>;
 
     fn deref(&self) -> &Table<S> {
@@ -179,14 +179,14 @@ impl<S> Deref for SharedTable<'_, S> {
 }
 
 /// A shard's table held exclusively.
-pub(crate) struct ExclusiveTable<'a, S> {
+pub(crate) struct ExclusiveTable<'a, S: Packed> {
     // Declared first, so a panicking holder poisons the shard before the lock
     // is released.
     _poison: PoisonOnPanic<'a>,
     table: ShardedLockWriteGuard<'a, Table<S>>,
 }
 
-impl<S> Deref for ExclusiveTable<'_, S> {
+impl<S: Packed> Deref for ExclusiveTable<'_, S> {
     type Target = Table<S>;
 
     fn deref(&self) -> &Table<S> {
@@ -194,7 +194,7 @@ impl<S> Deref for ExclusiveTable<'_, S> {
     }
 }
 
-impl<S> DerefMut for ExclusiveTable<'_, S> {
+impl<S: Packed> DerefMut for ExclusiveTable<'_, S> {
     fn deref_mut(&mut self) -> &mut Table<S> {
         &mut self.table
     }

@@ -465,7 +465,7 @@ impl<A: Algorithm> Store<A> {
         // everything and takes the exclusive path, which waits for holders to
         // finish instead. The same holds for two counters whose 128-bit
         // identities collide: the second try-lock fails.
-        let mut held: SmallVec<[HeldEntry<'_>; INLINE_BATCH]> = SmallVec::new();
+        let mut held: SmallVec<[HeldEntry<'_, A::State>; INLINE_BATCH]> = SmallVec::new();
         for item in items.iter() {
             let table = &tables[position_in(shard_indices, item.shard)];
             held.push(table.entry(&item.key)?.try_lock()?);
@@ -624,7 +624,7 @@ impl<A: Algorithm> Store<A> {
     fn with_entry<T>(
         &self,
         check: &Check<'_, A::Policy>,
-        operate: impl FnOnce(HeldEntry<'_>, u64) -> T,
+        operate: impl FnOnce(HeldEntry<'_, A::State>, u64) -> T,
     ) -> Result<Option<T>, MemoryStoreError> {
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());

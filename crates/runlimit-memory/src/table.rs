@@ -32,7 +32,7 @@ use std::{
 use hashbrown::HashTable;
 use runlimit_core::CounterKey;
 
-use crate::algorithm::sealed::Packed;
+use crate::algorithm::sealed::{AtomicWords, Packed};
 
 /// The 16-byte storage identity of a counter: the 32-byte subject key XOR the
 /// policy fingerprint, folded to 128 bits.
@@ -94,63 +94,89 @@ impl StoreKey {
     }
 }
 
-/// A stored key and its state: 32 bytes for both algorithms, aligned so that an
-/// entry never straddles two cache lines. Random-key checks are bound by cache
-/// misses, and this is the line a lookup must load.
-#[derive(Debug)]
-#[repr(align(32))]
-pub(crate) struct Entry {
+/// A stored key and its state, aligned so that an entry never straddles two
+/// cache lines: 32 bytes for fixed windows and GCRA (two state words), 64 for
+/// sliding windows (six). Random-key checks are bound by cache misses, and
+/// this is the line a lookup must load.
+///
+/// The zero-length array of `S::Align` (an empty type aligned to the entry's
+/// size) sets the alignment without taking space.
+#[repr(C)]
+pub(crate) struct Entry<S: Packed> {
+    _align: [S::Align; 0],
     key: StoreKey,
-    /// The packed state; bit 63 of the second word is the entry's lock.
-    state: [AtomicU64; 2],
+    /// The packed state; bit 63 of the last word is the entry's lock.
+    state: S::Atomic,
 }
 
-/// The lock bit in an entry's second state word.
+impl<S: Packed> std::fmt::Debug for Entry<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+/// The lock bit in an entry's last state word.
 const LOCKED: u64 = 1 << 63;
 
 /// Spins on a held entry lock before yielding the thread: a holder keeps it
 /// for one evaluation, unless it was preempted.
 const SPINS_BEFORE_YIELD: u32 = 64;
 
-impl Entry {
-    fn new(key: StoreKey, state: impl Packed) -> Self {
-        let [first, second] = state.pack();
+impl<S: Packed> Entry<S> {
+    fn new(key: StoreKey, state: S) -> Self {
+        let mut words = state.pack();
+        if let Some(last) = words.as_mut().last_mut() {
+            *last &= !LOCKED;
+        }
         Self {
+            _align: [],
             key,
-            state: [AtomicU64::new(first), AtomicU64::new(second & !LOCKED)],
+            state: S::Atomic::new(words),
         }
     }
 
+    fn words(&self) -> &[AtomicU64] {
+        self.state.words()
+    }
+
+    fn last(&self) -> &AtomicU64 {
+        let words = self.words();
+        &words[words.len() - 1]
+    }
+
     /// The state, read by a holder of the shard's exclusive lock (no entry lock
-    /// is held then) or of this entry's lock.
-    fn state<S: Packed>(&self) -> S {
-        S::unpack([
-            self.state[0].load(Ordering::Relaxed),
-            self.state[1].load(Ordering::Relaxed) & !LOCKED,
-        ])
+    /// is held then).
+    fn state(&self) -> S {
+        let last = self.last().load(Ordering::Relaxed) & !LOCKED;
+        self.state_with_last(last)
+    }
+
+    /// The state whose last word is `last` (the holder's copy, with the lock
+    /// bit clear) and whose other words are stored.
+    fn state_with_last(&self, last: u64) -> S {
+        let mut words = S::Words::default();
+        let stored = self.words();
+        let count = stored.len();
+        for (word, atomic) in words.as_mut()[..count - 1].iter_mut().zip(stored) {
+            *word = atomic.load(Ordering::Relaxed);
+        }
+        words.as_mut()[count - 1] = last;
+        S::unpack(words)
     }
 
     /// Takes this entry's lock, waiting while another check holds it.
     #[inline]
-    pub(crate) fn lock(&self) -> HeldEntry<'_> {
-        let word = &self.state[1];
+    pub(crate) fn lock(&self) -> HeldEntry<'_, S> {
+        let word = self.last();
         let mut spins = 0;
         loop {
-            let second = word.load(Ordering::Relaxed) & !LOCKED;
-            // Acquire: see the first word as the previous holder stored it.
+            let last = word.load(Ordering::Relaxed) & !LOCKED;
+            // Acquire: see the other words as the previous holder stored them.
             if word
-                .compare_exchange_weak(
-                    second,
-                    second | LOCKED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
+                .compare_exchange_weak(last, last | LOCKED, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                return HeldEntry {
-                    entry: self,
-                    second,
-                };
+                return HeldEntry { entry: self, last };
             }
             spins += 1;
             if spins < SPINS_BEFORE_YIELD {
@@ -163,21 +189,13 @@ impl Entry {
 
     /// Takes this entry's lock if no other check holds it.
     #[inline]
-    pub(crate) fn try_lock(&self) -> Option<HeldEntry<'_>> {
-        let word = &self.state[1];
-        let second = word.load(Ordering::Relaxed) & !LOCKED;
-        // Acquire: see the first word as the previous holder stored it.
-        word.compare_exchange(
-            second,
-            second | LOCKED,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .ok()?;
-        Some(HeldEntry {
-            entry: self,
-            second,
-        })
+    pub(crate) fn try_lock(&self) -> Option<HeldEntry<'_, S>> {
+        let word = self.last();
+        let last = word.load(Ordering::Relaxed) & !LOCKED;
+        // Acquire: see the other words as the previous holder stored them.
+        word.compare_exchange(last, last | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        Some(HeldEntry { entry: self, last })
     }
 }
 
@@ -185,34 +203,38 @@ impl Entry {
 /// unless [`commit`](Self::commit) replaced it, so a panic while it is held
 /// (an injected clock, say) leaves the entry unchanged and unlocked.
 #[derive(Debug)]
-pub(crate) struct HeldEntry<'a> {
-    entry: &'a Entry,
-    /// The second state word to store when the lock is released.
-    second: u64,
+pub(crate) struct HeldEntry<'a, S: Packed> {
+    entry: &'a Entry<S>,
+    /// The last state word to store when the lock is released.
+    last: u64,
 }
 
-impl HeldEntry<'_> {
+impl<S: Packed> HeldEntry<'_, S> {
     /// The entry's state.
     #[inline]
-    pub(crate) fn state<S: Packed>(&self) -> S {
-        S::unpack([self.entry.state[0].load(Ordering::Relaxed), self.second])
+    pub(crate) fn state(&self) -> S {
+        self.entry.state_with_last(self.last)
     }
 
     /// Replaces the entry's state and releases the lock.
     #[inline]
-    pub(crate) fn commit(mut self, state: impl Packed) {
-        let [first, second] = state.pack();
-        debug_assert_eq!(second & LOCKED, 0, "a packed state uses the lock bit");
-        self.entry.state[0].store(first, Ordering::Relaxed);
-        self.second = second & !LOCKED;
+    pub(crate) fn commit(mut self, state: S) {
+        let words = state.pack();
+        let words = words.as_ref();
+        let count = words.len();
+        debug_assert_eq!(words[count - 1] & LOCKED, 0, "a packed state uses the lock bit");
+        for (atomic, word) in self.entry.words().iter().zip(&words[..count - 1]) {
+            atomic.store(*word, Ordering::Relaxed);
+        }
+        self.last = words[count - 1] & !LOCKED;
     }
 }
 
-impl Drop for HeldEntry<'_> {
+impl<S: Packed> Drop for HeldEntry<'_, S> {
     #[inline]
     fn drop(&mut self) {
-        // Release: the next holder sees the first word stored before this.
-        self.entry.state[1].store(self.second, Ordering::Release);
+        // Release: the next holder sees the other words stored before this.
+        self.entry.last().store(self.last, Ordering::Release);
     }
 }
 
@@ -222,8 +244,8 @@ pub(crate) type SlotId = u32;
 
 /// One shard's entries and expiry heap, for states of type `S`.
 #[derive(Debug)]
-pub(crate) struct Table<S> {
-    entries: HashTable<Entry>,
+pub(crate) struct Table<S: Packed> {
+    entries: HashTable<Entry<S>>,
     capacity: usize,
     /// `(deadline lower bound, bucket)` for every stored key, earliest first.
     expiry: BinaryHeap<Reverse<(u64, SlotId)>>,
@@ -271,7 +293,7 @@ impl<S: Packed> Table<S> {
     /// The entry storing `key`, for a check that holds the shard for reading
     /// and will lock the entry.
     #[inline]
-    pub(crate) fn entry(&self, key: &StoreKey) -> Option<&Entry> {
+    pub(crate) fn entry(&self, key: &StoreKey) -> Option<&Entry<S>> {
         self.entries
             .find(key.table_hash(), |entry| entry.key == *key)
     }
@@ -292,9 +314,11 @@ impl<S: Packed> Table<S> {
     #[inline]
     pub(crate) fn set_state(&mut self, slot: SlotId, state: S) {
         if let Some(entry) = self.entries.get_bucket_mut(slot as usize) {
-            let [first, second] = state.pack();
-            *entry.state[0].get_mut() = first;
-            *entry.state[1].get_mut() = second & !LOCKED;
+            let mut words = state.pack();
+            if let Some(last) = words.as_mut().last_mut() {
+                *last &= !LOCKED;
+            }
+            entry.state.set(words);
         }
     }
 
@@ -407,6 +431,10 @@ mod tests {
 
     /// A test state: the key's deadline itself.
     impl Packed for u64 {
+        type Words = [u64; 2];
+        type Atomic = [std::sync::atomic::AtomicU64; 2];
+        type Align = crate::algorithm::sealed::Align32;
+
         fn pack(self) -> [u64; 2] {
             [self, 0]
         }

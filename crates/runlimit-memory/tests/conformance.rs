@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use runlimit_conformance::{
     TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+    sliding_window_lifecycle_suite, sliding_window_suite,
 };
-use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig};
+use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 
 struct Manual(ManualClock);
 
@@ -44,4 +45,17 @@ async fn gcra_store_passes_the_gcra_suite() {
     let store = GcraStore::new(config()).with_clock(clock.clone());
     gcra_suite(&store, &Manual(clock.clone())).await;
     gcra_lifecycle_suite(&store, &Manual(clock)).await;
+}
+
+#[tokio::test]
+async fn sliding_window_store_passes_the_sliding_window_suite() {
+    // At the start of an eighth of every window the suite uses, and at odd
+    // points within one: the cases must hold wherever they run.
+    for start in [0, 1_234_567_891, 9_999_999_999] {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(start));
+        let store = SlidingWindowStore::new(config()).with_clock(clock.clone());
+        sliding_window_suite(&store, &Manual(clock.clone())).await;
+        sliding_window_lifecycle_suite(&store, &Manual(clock)).await;
+    }
 }

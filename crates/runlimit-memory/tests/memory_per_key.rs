@@ -4,8 +4,10 @@
 
 use std::{alloc::System, time::Duration};
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SubjectKey};
-use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SlidingWindowPolicy, SubjectKey,
+};
+use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -36,7 +38,7 @@ fn bytes_per_key(fill: impl FnOnce() -> (Box<dyn std::any::Any>, usize)) -> f64 
 }
 
 #[test]
-fn a_million_keys_cost_at_most_100_bytes_each() {
+fn a_million_keys_cost_at_most_100_bytes_each_and_sliding_windows_at_most_twice_that() {
     let fixed = FixedWindowPolicy::new(
         PolicyId::new("mem").expect("valid"),
         ScopeId::new("client").expect("valid"),
@@ -50,6 +52,13 @@ fn a_million_keys_cost_at_most_100_bytes_each() {
         1,
         Duration::from_secs(3_600),
         10,
+    )
+    .expect("valid");
+    let sliding = SlidingWindowPolicy::new(
+        PolicyId::new("mem").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        10,
+        Duration::from_secs(3_600),
     )
     .expect("valid");
     for shards in [1, 64] {
@@ -72,13 +81,26 @@ fn a_million_keys_cost_at_most_100_bytes_each() {
             let entries = store.stats().entries;
             (Box::new(store), entries)
         });
+        let sliding_bytes = bytes_per_key(|| {
+            let store = SlidingWindowStore::new(config);
+            for n in 0..KEYS {
+                store.check(&Check::new(&sliding, key(n))).expect("ok");
+            }
+            let entries = store.stats().entries;
+            (Box::new(store), entries)
+        });
         println!(
-            "{shards} shard(s): fixed window {fixed_bytes:.1} B/key, GCRA {gcra_bytes:.1} B/key"
+            "{shards} shard(s): fixed window {fixed_bytes:.1} B/key, GCRA {gcra_bytes:.1} B/key, \
+             sliding window {sliding_bytes:.1} B/key"
         );
         assert!(
             fixed_bytes <= 100.0,
             "fixed window: {fixed_bytes} bytes per key"
         );
         assert!(gcra_bytes <= 100.0, "GCRA: {gcra_bytes} bytes per key");
+        assert!(
+            sliding_bytes <= 2.0 * fixed_bytes,
+            "sliding window: {sliding_bytes} bytes per key, fixed window {fixed_bytes}"
+        );
     }
 }
