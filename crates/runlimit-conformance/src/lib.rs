@@ -18,13 +18,15 @@
 //! One module per capability: [`fixed_window`](mod@fixed_window),
 //! [`sliding_window`](mod@sliding_window) and [`gcra`](mod@gcra) hold the
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
-//! reset cases.
+//! reset cases; [`sliding_log`] holds the exact reference that random
+//! sliding-window traces are checked against.
 //!
 //! [`Lifecycle`]: runlimit_core::Lifecycle
 
 pub mod fixed_window;
 pub mod gcra;
 pub mod lifecycle;
+pub mod sliding_log;
 pub mod sliding_window;
 mod windows;
 
@@ -59,6 +61,15 @@ pub trait TimeControl: Sync {
     /// durations.
     fn elapse(&self, by: Duration) -> impl Future<Output = ()> + Send {
         self.advance(by)
+    }
+
+    /// Whether receipts issued before an [`advance`](Self::advance) still
+    /// name the state it moved: true for an injected clock (the default),
+    /// false for a backend whose `advance` shifts stored state, since receipts
+    /// carry the backend's own times. Cases refund such receipts only after
+    /// [`elapse`](Self::elapse).
+    fn receipts_survive_advance(&self) -> bool {
+        true
     }
 
     /// How far the backend's clock may move on its own between two operations of

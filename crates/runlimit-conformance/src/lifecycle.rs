@@ -12,7 +12,11 @@ use crate::{
     fixed_window, gcra, sliding_window, subject, windows,
 };
 
-pub(crate) async fn admit<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> Receipt {
+pub(crate) async fn admit<L: Lifecycle>(
+    limiter: &L,
+    check: &Check<'_, L::Policy>,
+    case: &str,
+) -> Receipt {
     match limiter.admit(check).await {
         Ok(mut admission) => {
             assert!(
@@ -479,12 +483,24 @@ where
     for _ in 0..2 {
         let peeked = peek(limiter, &check, case).await;
         assert_allowed(case, &peeked, 1);
-        assert_between(case, "reset_after", peeked.reset_after(), within, time.drift());
+        assert_between(
+            case,
+            "reset_after",
+            peeked.reset_after(),
+            within,
+            time.drift(),
+        );
     }
     let two = Check::weighted(&policy, subject(54), 2).unwrap_or_else(|error| panic!("{error}"));
     let denied = peek(limiter, &two, case).await;
     assert_quota_denied(case, &denied);
-    assert_between(case, "retry_after", denied.retry_after(), within, time.drift());
+    assert_between(
+        case,
+        "retry_after",
+        denied.retry_after(),
+        within,
+        time.drift(),
+    );
     assert_allowed(case, &decide(limiter, &check, case).await, 0);
     assert_quota_denied(case, &peek(limiter, &check, case).await);
 

@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use runlimit_core::{
-    BatchDecision, Check, Limiter, MAX_LIMIT, MAX_WINDOW, SlidingWindowPolicy,
-};
+use runlimit_core::{BatchDecision, Check, Limiter, MAX_LIMIT, MAX_WINDOW, SlidingWindowPolicy};
 
 use crate::{
     TimeControl, assert_allowed, assert_between, assert_quota_denied, decide, decide_all,

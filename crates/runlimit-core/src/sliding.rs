@@ -177,8 +177,10 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
             Some(age) => self.until(self.expiry_of(counts.latest - age as u64), now),
             None => Duration::ZERO,
         };
-        Ok(Decision::allowed(self.limit, self.limit - total, reset_after)
-            .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit")))
+        Ok(
+            Decision::allowed(self.limit, self.limit - total, reset_after)
+                .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit")),
+        )
     }
 
     /// [`peek`](Self::peek) as a [`Decision`], a denial following `policy`'s
@@ -224,7 +226,13 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
     /// at `now`: nothing if that eighth has dropped out of the counts.
     /// Returns the new counts when something was credited.
     #[must_use]
-    pub fn refund(&self, stored: Buckets, admitted_in: u64, cost: u64, now: u64) -> Option<Buckets> {
+    pub fn refund(
+        &self,
+        stored: Buckets,
+        admitted_in: u64,
+        cost: u64,
+        now: u64,
+    ) -> Option<Buckets> {
         let mut counts = stored.at(self.bucket(now));
         let age = counts.latest.checked_sub(admitted_in)?;
         let index = usize::try_from(age).ok().filter(|&age| age < COUNTED)?;
@@ -296,7 +304,10 @@ mod tests {
         // Peeking agrees, and changes nothing.
         let peeked = exact.peek(stored, 2, 45 * MS).expect_err("does not fit");
         assert_eq!(peeked, denial);
-        assert_eq!(exact.peek(stored, 1, 95 * MS).map(|d| d.remaining()), Ok(Some(1)));
+        assert_eq!(
+            exact.peek(stored, 1, 95 * MS).map(|d| d.remaining()),
+            Ok(Some(1))
+        );
     }
 
     #[test]
@@ -307,7 +318,11 @@ mod tests {
         };
         let refunded = exact.refund(next, 0, 1, 30 * MS).expect("credited");
         assert_eq!(refunded.total(), 1);
-        assert_eq!(exact.refund(next, 0, 1, 90 * MS), None, "dropped out at 90 ms");
+        assert_eq!(
+            exact.refund(next, 0, 1, 90 * MS),
+            None,
+            "dropped out at 90 ms"
+        );
     }
 
     #[test]
@@ -321,7 +336,13 @@ mod tests {
         };
         assert_eq!(decision.remaining(), Some(0));
         assert!(decision.reset_after() >= Some(MAX_WINDOW));
-        assert!(matches!(exact.admit(Some(next), 1, now), SlidingOutcome::Denied(_)));
-        assert!(exact.expiry_of(next.latest) < 1 << 53, "exact in Lua's doubles");
+        assert!(matches!(
+            exact.admit(Some(next), 1, now),
+            SlidingOutcome::Denied(_)
+        ));
+        assert!(
+            exact.expiry_of(next.latest) < 1 << 53,
+            "exact in Lua's doubles"
+        );
     }
 }

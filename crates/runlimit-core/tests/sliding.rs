@@ -27,7 +27,10 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 fn fits(exact: &SlidingNanos, stored: Option<Buckets>, cost: u64, at: u64) -> bool {
-    matches!(exact.admit(stored, cost, at), SlidingOutcome::Allowed { .. })
+    matches!(
+        exact.admit(stored, cost, at),
+        SlidingOutcome::Allowed { .. }
+    )
 }
 
 proptest! {

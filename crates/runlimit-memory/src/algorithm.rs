@@ -620,11 +620,7 @@ impl Engine for SlidingWindow {
 
     fn stamp(state: &SlidingState) -> [u64; 3] {
         // The eighth the admission counted in: the state's latest.
-        [
-            state.expires_at,
-            u64::from(state.version),
-            0,
-        ]
+        [state.expires_at, u64::from(state.version), 0]
     }
 
     /// Gives `cost` back to the eighth the admission was counted in, while that

@@ -111,7 +111,9 @@ pub(crate) struct Entry<S: Packed> {
 
 impl<S: Packed> std::fmt::Debug for Entry<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry").field("key", &self.key).finish_non_exhaustive()
+        f.debug_struct("Entry")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -222,7 +224,11 @@ impl<S: Packed> HeldEntry<'_, S> {
         let words = state.pack();
         let words = words.as_ref();
         let count = words.len();
-        debug_assert_eq!(words[count - 1] & LOCKED, 0, "a packed state uses the lock bit");
+        debug_assert_eq!(
+            words[count - 1] & LOCKED,
+            0,
+            "a packed state uses the lock bit"
+        );
         for (atomic, word) in self.entry.words().iter().zip(&words[..count - 1]) {
             atomic.store(*word, Ordering::Relaxed);
         }

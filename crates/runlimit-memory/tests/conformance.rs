@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
-    sliding_window_lifecycle_suite, sliding_window_suite,
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite,
+    gcra_suite, sliding_window_lifecycle_suite, sliding_window_suite,
 };
 use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 

@@ -10,9 +10,12 @@ use std::{
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, Stamp, Storage, SubjectKey,
+    Observer, Operation, Policy, Receipt, Refunded, SlidingWindowPolicy, Stamp, Storage,
+    SubjectKey,
     gcra::{ExactMicros, GcraMicros},
-    notify, validate_batch,
+    notify,
+    sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
+    validate_batch,
 };
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -27,10 +30,11 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for runlimit_core::FixedWindowPolicy {}
     impl Sealed for runlimit_core::GcraPolicy {}
+    impl Sealed for runlimit_core::SlidingWindowPolicy {}
 }
 
-/// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`] and
-/// [`GcraPolicy`]. Sealed.
+/// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`],
+/// [`SlidingWindowPolicy`] and [`GcraPolicy`]. Sealed.
 pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// The cleanup function for this policy's table.
     #[doc(hidden)]
@@ -93,8 +97,9 @@ pub struct Decided {
 /// one `pg_catalog.clock_timestamp()` sample, and writes only if the whole batch
 /// is allowed. See the [crate documentation](crate) for operations.
 ///
-/// `PostgresLimiter<FixedWindowPolicy>` (the default) and
-/// `PostgresLimiter<GcraPolicy>` share one pool and schema but separate tables.
+/// `PostgresLimiter<FixedWindowPolicy>` (the default),
+/// `PostgresLimiter<SlidingWindowPolicy>` and `PostgresLimiter<GcraPolicy>`
+/// share one pool and schema but separate tables.
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
     connections: Arc<Connections>,
     config: PostgresConfig,
@@ -535,6 +540,7 @@ macro_rules! limiter_for {
 }
 
 limiter_for!(FixedWindowPolicy);
+limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
 
 /// The advisory-lock id of one counter key.
@@ -871,4 +877,158 @@ impl PgPolicy for GcraPolicy {
             .fetch_one(connection)
             .await
     }
+}
+
+impl PgPolicy for SlidingWindowPolicy {
+    const CLEANUP: &'static str = "SELECT runlimit_cleanup_sliding_windows($1, $2)";
+    const ISSUER: &'static str = "runlimit-postgres/sliding_window";
+
+    /// The function counts and decides; the reported quantities come from the
+    /// counts it judged, through the arithmetic the memory store shares. The
+    /// two must agree on the outcome, or the reply is refused.
+    async fn decide(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        config: &PostgresConfig,
+    ) -> Result<Vec<Decided>, sqlx::Error> {
+        let exact: Vec<SlidingMicros> = checks
+            .iter()
+            .map(|check| SlidingMicros::new(check.policy()))
+            .collect();
+        let limits: Vec<i64> = checks
+            .iter()
+            .map(|check| as_i64(check.policy().limit()))
+            .collect();
+        let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
+        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let rows = sqlx::query(
+            "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+             FROM runlimit_check_sliding_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(limits)
+        .bind(sub_windows)
+        .bind(costs)
+        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        checks
+            .iter()
+            .zip(rows)
+            .zip(&exact)
+            .map(|((check, row), exact)| {
+                let outcome: i16 = row.try_get(0)?;
+                let judged = buckets(row.try_get(1)?, &row.try_get::<Vec<i64>, _>(2)?)?;
+                let now_us = as_u64(row.try_get(3)?);
+                let version: i64 = row.try_get(4)?;
+                let policy = check.policy();
+                let decision = match (outcome, exact.admit(Some(judged), check.cost(), now_us)) {
+                    (OUTCOME_ALLOWED, SlidingOutcome::Allowed { decision, .. }) => decision,
+                    (OUTCOME_QUOTA, SlidingOutcome::Denied(denial)) => {
+                        Decision::for_mode(policy.quota_mode(), denial)
+                    }
+                    (OUTCOME_ALLOWED | OUTCOME_QUOTA, _) => {
+                        return Err(sqlx::Error::Protocol(
+                            "the sliding-window function and the client disagree on a decision"
+                                .to_owned(),
+                        ));
+                    }
+                    _ => capacity_decision(),
+                };
+                // The eighth the admission counted in, and the row's version.
+                let stamp = Stamp::new([judged.latest, i64_to_word(version), 0]);
+                Ok(Decided { decision, stamp })
+            })
+            .collect()
+    }
+
+    async fn refund(
+        connection: &mut PgConnection,
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        config: &PostgresConfig,
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        let sub_windows: Vec<i64> = checks
+            .iter()
+            .map(|check| as_i64(SlidingMicros::new(check.policy()).sub_window))
+            .collect();
+        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let stamp_word = |index: usize| -> Vec<i64> {
+            admitted
+                .iter()
+                .map(|admitted| word_to_i64(admitted.stamp().words()[index]))
+                .collect()
+        };
+        let rows = sqlx::query(
+            "SELECT r_credited FROM runlimit_refund_sliding_windows($1, $2, $3, $4, $5, $6, $7, $8) \
+             ORDER BY r_index",
+        )
+        .bind(counter_keys(checks))
+        .bind(lock_ids(checks))
+        .bind(sub_windows)
+        .bind(costs)
+        .bind(stamp_word(0))
+        .bind(stamp_word(1))
+        .bind(config.lock_timeout_ms())
+        .bind(config.relaxed_durability())
+        .fetch_all(connection)
+        .await?;
+        rows.into_iter().map(|row| row.try_get(0)).collect()
+    }
+
+    async fn peek(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+    ) -> Result<Decision, sqlx::Error> {
+        let exact = SlidingMicros::new(check.policy());
+        let row = sqlx::query(
+            "SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, \
+             (SELECT ARRAY[(EXTRACT(EPOCH FROM s.expires_at) * 1000000)::bigint] || s.counts \
+              FROM runlimit_sliding_windows AS s WHERE s.counter_key = $1)",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .fetch_one(connection)
+        .await?;
+        let now_us = as_u64(row.try_get(0)?);
+        let stored = match row.try_get::<Option<Vec<i64>>, _>(1)? {
+            Some(words) => {
+                let (expires_us, counts) = words.split_first().ok_or_else(malformed)?;
+                let latest =
+                    (as_u64(*expires_us) / exact.sub_window.max(1)).saturating_sub(COUNTED as u64);
+                Some(buckets(word_to_i64(latest), counts)?)
+            }
+            None => None,
+        };
+        Ok(exact.peek_decision(check.policy(), stored, check.cost(), now_us))
+    }
+
+    async fn reset(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        config: &PostgresConfig,
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT runlimit_reset_sliding_windows($1, $2, $3, $4)")
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_one(connection)
+            .await
+    }
+}
+
+fn malformed() -> sqlx::Error {
+    sqlx::Error::Protocol("a sliding-window row without nine counts".to_owned())
+}
+
+/// Counts as the function returned them: eighth `latest` and nine counts.
+fn buckets(latest: i64, counts: &[i64]) -> Result<Buckets, sqlx::Error> {
+    let counts: [i64; COUNTED] = counts.try_into().map_err(|_| malformed())?;
+    Ok(Buckets {
+        latest: as_u64(latest),
+        counts: counts.map(as_u64),
+    })
 }

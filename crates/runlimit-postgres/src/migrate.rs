@@ -35,6 +35,15 @@ pub const CREATE_RUNLIMIT_FUNCTIONS_SQL: &str =
 pub const KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL: &str =
     include_str!("../migrations/20260101000006_keep_runlimit_ledger_exact_on_truncate.sql");
 
+/// Versions GCRA rows and creates the refund and reset functions.
+pub const CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL: &str =
+    include_str!("../migrations/20260101000007_create_runlimit_lifecycle_functions.sql");
+
+/// Creates the sliding-window table and functions, and the steps every
+/// counter function shares (prologue, capacity, cleanup, reset).
+pub const CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL: &str =
+    include_str!("../migrations/20260101000008_create_runlimit_sliding_windows.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

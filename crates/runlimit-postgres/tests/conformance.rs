@@ -4,8 +4,9 @@ mod common;
 
 use runlimit_conformance::{
     fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+    sliding_window_lifecycle_suite, sliding_window_suite,
 };
-use runlimit_core::{FixedWindowPolicy, GcraPolicy};
+use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
 #[tokio::test]
@@ -30,4 +31,18 @@ async fn gcra_passes_the_conformance_suite() {
     limiter.migrate().await.expect("migrate");
     gcra_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     gcra_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+}
+
+#[tokio::test]
+async fn sliding_windows_pass_the_conformance_suite() {
+    let Some(schema) = common::schema("conf_sliding").await else {
+        return;
+    };
+    let limiter = PostgresLimiter::<SlidingWindowPolicy>::new(
+        schema.pool(4).await,
+        PostgresConfig::default(),
+    );
+    limiter.migrate().await.expect("migrate");
+    sliding_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    sliding_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }

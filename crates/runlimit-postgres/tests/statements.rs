@@ -15,7 +15,10 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId};
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy,
+};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
 /// Counts the statements SQLx executes, from its per-query trace events.
@@ -50,6 +53,7 @@ async fn every_check_and_batch_is_a_single_statement() {
     let pool = schema.migrated_pool(1).await;
     let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), PostgresConfig::default());
     let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), PostgresConfig::default());
+    let sliding: PostgresLimiter<SlidingWindowPolicy> = fixed.for_policy();
     let counter = StatementCounter::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(counter.clone()));
@@ -58,6 +62,17 @@ async fn every_check_and_batch_is_a_single_statement() {
         .map(|n| policy(&format!("batch{n}"), 5, Duration::from_secs(60)))
         .collect();
     let gcra_policy = gcra_policy();
+    let sliding_policies: Vec<SlidingWindowPolicy> = (0..4)
+        .map(|n| {
+            SlidingWindowPolicy::new(
+                PolicyId::new(format!("sliding{n}")).expect("valid"),
+                ScopeId::new("client").expect("valid"),
+                5,
+                Duration::from_secs(60),
+            )
+            .expect("valid")
+        })
+        .collect();
     for round in 0..3 {
         let before = counter.0.load(Ordering::SeqCst);
         fixed
@@ -104,5 +119,43 @@ async fn every_check_and_batch_is_a_single_statement() {
             .await
             .expect("reset");
         assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "reset");
+
+        // Sliding windows: one statement per batch, refund, peek and reset.
+        let sliding_checks: Vec<_> = sliding_policies
+            .iter()
+            .map(|p| Check::new(p, key(6, round)))
+            .collect();
+        let before = counter.0.load(Ordering::SeqCst);
+        let admission = sliding.admit_all(&sliding_checks).await.expect("admit");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "sliding batch"
+        );
+        let receipt = admission.into_parts().1.expect("allowed");
+        let before = counter.0.load(Ordering::SeqCst);
+        let refunded = sliding
+            .refund(&sliding_checks, receipt)
+            .await
+            .expect("refund");
+        assert_eq!(refunded.credited(), 4, "every check credited");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "sliding refund"
+        );
+        let before = counter.0.load(Ordering::SeqCst);
+        sliding.peek(&sliding_checks[0]).await.expect("peek");
+        assert_eq!(counter.0.load(Ordering::SeqCst) - before, 1, "sliding peek");
+        let before = counter.0.load(Ordering::SeqCst);
+        sliding
+            .reset(&sliding_policies[0], &key(6, round))
+            .await
+            .expect("reset");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "sliding reset"
+        );
     }
 }

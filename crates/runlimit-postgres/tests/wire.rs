@@ -14,7 +14,10 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId};
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy,
+};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{
     Executor, PgPool,
@@ -157,6 +160,13 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
     let window = policy("wire", 1_000, Duration::from_secs(60));
     let other = policy("wire.other", 1_000, Duration::from_secs(60));
     let gcra_policy = gcra_policy();
+    let sliding_policy = SlidingWindowPolicy::new(
+        PolicyId::new("wire.sliding").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1_000,
+        Duration::from_secs(60),
+    )
+    .expect("valid");
     // A limiter with a pool of its own keeps its connections, so neither of
     // SQLx's pings (on taking a connection from the pool, on giving it back)
     // reaches the wire.
@@ -167,6 +177,7 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
             PostgresConfig::default(),
         );
         let gcra: PostgresLimiter<GcraPolicy> = fixed.for_policy();
+        let sliding: PostgresLimiter<SlidingWindowPolicy> = fixed.for_policy();
         let name = "dedicated pool";
         // The first use of each statement on a connection also prepares it.
         fixed
@@ -197,6 +208,17 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
             .await
             .expect("warm");
         gcra.reset(&gcra_policy, &key(1, 0)).await.expect("warm");
+        let warm = Check::new(&sliding_policy, key(7, 0));
+        let receipt = sliding.admit(&warm).await.expect("warm").into_parts().1;
+        sliding
+            .refund(&[warm], receipt.expect("allowed"))
+            .await
+            .expect("warm");
+        sliding.peek(&warm).await.expect("warm");
+        sliding
+            .reset(&sliding_policy, &key(7, 0))
+            .await
+            .expect("warm");
         proxy.take();
         // A message sent after an operation returned (such as a ping on
         // release) shows up at the start of the next operation's record, so
@@ -239,6 +261,22 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
                 .await
                 .expect("reset");
             assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: reset");
+            // Sliding windows alike.
+            let check = Check::new(&sliding_policy, key(8, round));
+            let receipt = sliding.admit(&check).await.expect("admit").into_parts().1;
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding check");
+            sliding
+                .refund(&[check], receipt.expect("allowed"))
+                .await
+                .expect("refund");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding refund");
+            sliding.peek(&check).await.expect("peek");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding peek");
+            sliding
+                .reset(&sliding_policy, &key(8, round))
+                .await
+                .expect("reset");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding reset");
         }
     }
 

@@ -10,20 +10,17 @@
 --     some unknown time before now); the new expiry voids the window's other
 --     receipts;
 --   * otherwise the cost is subtracted.
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local find, sub, format, ceil, max = string.find, string.sub, string.format, math.ceil, math.max
+local max = math.max
 local reply = {}
+local stored = {0, 0}
 for i = 1, #KEYS do
     local at = 4 * (i - 1)
     local cost, named = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
     local used_after, window = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
     local credited = 0
     local state = redis.call('GET', KEYS[i])
-    local separator = state and find(state, ':', 1, true)
-    if separator then
-        local used = tonumber(sub(state, 1, separator - 1))
-        local expires = tonumber(sub(state, separator + 1))
+    if state and fields(state, stored) == 2 then
+        local used, expires = stored[1], stored[2]
         if used and expires and expires == named and expires > now and used > 0 then
             credited = 1
             if used <= cost then
@@ -32,8 +29,7 @@ for i = 1, #KEYS do
                 if used_after == cost then
                     expires = max(now + window, expires)
                 end
-                redis.call('SET', KEYS[i], format('%d:%d', used - cost, expires),
-                    'PX', ceil((expires - now) / 1000) + 1)
+                keep(KEYS[i], format('%d:%d', used - cost, expires), expires)
             end
         end
     end

@@ -1,25 +1,20 @@
 -- GCRA for a batch of counters, decided atomically.
--- State: one string "tat_us:tat_rem:version" per counter: the theoretical
--- arrival time as whole microseconds and a remainder in units of 1/quota
--- microsecond, and the version refunds compare with their receipts (the
--- creation time of the counter, in microseconds; counters stored before
--- versions existed read as version 0).
+-- State: "tat_us:tat_rem:version" per counter: the theoretical arrival time
+-- as whole microseconds and a remainder in units of 1/quota microsecond, and
+-- the version refunds compare with their receipts (the creation time of the
+-- counter, in microseconds; counters stored before versions existed read as
+-- version 0).
 -- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
 -- increment_rem, tolerance_us, tolerance_rem (products already reduced by the
 -- client, so every value here stays below 2^53).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), ahead_us,
 -- ahead_rem (how far the new arrival time lies ahead of now) and the version;
 -- then now_us.
--- Like fixed_window.lua, the script avoids pattern matching, global lookups
--- and table growth for the common single check.
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local n = #KEYS
 local reply = n == 1 and {0, 0, 0, 0, 0} or {}
 local tat_us, tat_rem, versions = {}, {}, {}
-local denied = false
-for i = 1, n do
+local stored = {0, 0, 0}
+all_or_nothing(n, function(i)
     local base = 5 * (i - 1)
     local quota = tonumber(ARGV[base + 1])
     local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
@@ -29,12 +24,10 @@ for i = 1, n do
     local t, r, version = now, 0, now
     local state = redis.call('GET', KEYS[i])
     if state then
-        local separator = find(state, ':', 1, true)
-        if separator then
-            local second = find(state, ':', separator + 1, true)
-            local stored_t = tonumber(sub(state, 1, separator - 1))
-            local stored_r = tonumber(sub(state, separator + 1, second and second - 1 or nil))
-            version = second and tonumber(sub(state, second + 1)) or 0
+        local count = fields(state, stored)
+        local stored_t, stored_r = stored[1], stored[2]
+        if count >= 2 then
+            version = count >= 3 and stored[3] or 0
             if stored_t and stored_r and (stored_t > now or (stored_t == now and stored_r > 0)) then
                 t, r = stored_t, stored_r
             end
@@ -46,28 +39,22 @@ for i = 1, n do
         t = t + 1
         r = r - quota
     end
-    tat_us[i], tat_rem[i] = t, r
+    tat_us[i], tat_rem[i], versions[i] = t, r, version
     local ahead = t - now
     local outcome = 0
     if ahead > tol_us or (ahead == tol_us and r > tol_rem) then
         outcome = 1
-        denied = true
     end
-    versions[i] = version
     local at = 4 * i
     reply[at - 3], reply[at - 2], reply[at - 1], reply[at] = outcome, ahead, r, version
-end
-if not denied then
-    for i = 1, n do
-        -- The entry is worthless once the full burst has replenished; see
-        -- fixed_window.lua for the relative expiry in milliseconds.
-        local expires = tat_us[i]
-        if tat_rem[i] > 0 then
-            expires = expires + 1
-        end
-        redis.call('SET', KEYS[i], format('%d:%d:%d', tat_us[i], tat_rem[i], versions[i]),
-            'PX', ceil((expires - now) / 1000) + 1)
+    return outcome == 0
+end, function(i)
+    -- The counter is worthless once the full burst has replenished.
+    local expires = tat_us[i]
+    if tat_rem[i] > 0 then
+        expires = expires + 1
     end
-end
+    keep(KEYS[i], format('%d:%d:%d', tat_us[i], tat_rem[i], versions[i]), expires)
+end)
 reply[4 * n + 1] = now
 return reply

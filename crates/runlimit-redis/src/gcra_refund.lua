@@ -7,10 +7,8 @@
 -- min(increment, admitted - now), from the current arrival time, if the
 -- counter's version is the receipt's; crediting an admission that later ones
 -- queued behind changes the version, so their receipts then credit nothing.
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local reply = {}
+local stored = {0, 0, 0}
 for i = 1, #KEYS do
     local at = 6 * (i - 1)
     local quota = tonumber(ARGV[at + 1])
@@ -19,12 +17,10 @@ for i = 1, #KEYS do
     local version = tonumber(ARGV[at + 6])
     local credited = 0
     local state = redis.call('GET', KEYS[i])
-    local separator = state and find(state, ':', 1, true)
-    if separator then
-        local second = find(state, ':', separator + 1, true)
-        local t = tonumber(sub(state, 1, separator - 1))
-        local r = tonumber(sub(state, separator + 1, second and second - 1 or nil))
-        local stored_version = second and tonumber(sub(state, second + 1)) or 0
+    local count = state and fields(state, stored) or 0
+    if count >= 2 then
+        local t, r = stored[1], stored[2]
+        local stored_version = count >= 3 and stored[3] or 0
         if t and r and stored_version == version
             and (admitted_us > now or (admitted_us == now and admitted_rem > 0)) then
             local credit_us, credit_rem = admitted_us - now, admitted_rem
@@ -43,8 +39,7 @@ for i = 1, #KEYS do
                 expires = expires + 1
             end
             if expires > now then
-                redis.call('SET', KEYS[i], format('%d:%d:%d', nt, nr, stored_version),
-                    'PX', ceil((expires - now) / 1000) + 1)
+                keep(KEYS[i], format('%d:%d:%d', nt, nr, stored_version), expires)
             else
                 -- Fully replenished: worthless, as after expiry.
                 redis.call('DEL', KEYS[i])

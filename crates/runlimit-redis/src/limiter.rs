@@ -14,8 +14,9 @@ use redis::{
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation,
-    Policy, Receipt, Refunded, Stamp, Storage, SubjectKey,
+    Policy, Receipt, Refunded, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
+    sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
 };
 
@@ -43,21 +44,31 @@ impl Lua {
     }
 }
 
-static FIXED_WINDOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("fixed_window.lua")));
-static GCRA: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("gcra.lua")));
-static FIXED_WINDOW_REFUND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("fixed_window_refund.lua")));
-static GCRA_REFUND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("gcra_refund.lua")));
-static PEEK: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("peek.lua")));
+/// A script: the shared prelude (`common.lua`: the clock, state reading and
+/// writing, the batch rule) followed by the algorithm's own body.
+macro_rules! script {
+    ($body:literal) => {
+        LazyLock::new(|| Lua::new(concat!(include_str!("common.lua"), include_str!($body))))
+    };
+}
+
+static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua");
+static GCRA: LazyLock<Lua> = script!("gcra.lua");
+static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
+static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
+static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
+static PEEK: LazyLock<Lua> = script!("peek.lua");
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for runlimit_core::FixedWindowPolicy {}
     impl Sealed for runlimit_core::GcraPolicy {}
+    impl Sealed for runlimit_core::SlidingWindowPolicy {}
 }
 
-/// The policies Redis can evaluate: [`FixedWindowPolicy`] and [`GcraPolicy`].
-/// Sealed.
+/// The policies Redis can evaluate: [`FixedWindowPolicy`],
+/// [`SlidingWindowPolicy`] and [`GcraPolicy`]. Sealed.
 pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// The issuer name on this policy type's receipts.
     #[doc(hidden)]
@@ -507,6 +518,7 @@ macro_rules! limiter_for {
 }
 
 limiter_for!(FixedWindowPolicy);
+limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
 
 fn as_i64(value: u64) -> i64 {
@@ -712,5 +724,107 @@ impl RedisPolicy for GcraPolicy {
             None => ExactMicros::from_whole(0),
         };
         exact.peek_decision(check.policy(), ahead)
+    }
+}
+
+/// Sliding-window state as the scripts store it: the expiry (microseconds),
+/// the version and nine counts.
+fn parse_sliding(state: &str) -> Option<(u64, i64, [u64; COUNTED])> {
+    let mut fields = state.split(':').map(str::parse::<i64>);
+    let expires = as_u64(fields.next()?.ok()?);
+    let version = fields.next()?.ok()?;
+    let mut counts = [0; COUNTED];
+    for count in &mut counts {
+        *count = as_u64(fields.next()?.ok()?);
+    }
+    fields
+        .next()
+        .is_none()
+        .then_some((expires, version, counts))
+}
+
+impl RedisPolicy for SlidingWindowPolicy {
+    const ISSUER: &'static str = "runlimit-redis/sliding_window";
+
+    fn script() -> &'static Lua {
+        &SLIDING_WINDOW
+    }
+
+    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+        checks
+            .iter()
+            .flat_map(|check| {
+                let exact = SlidingMicros::new(check.policy());
+                [check.policy().limit(), exact.sub_window, check.cost()].map(as_i64)
+            })
+            .collect()
+    }
+
+    /// The script counts and decides; the reported quantities come from the
+    /// counts it judged, through the arithmetic the memory store shares. The
+    /// two must agree on the outcome, or the reply is refused.
+    fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>> {
+        let now = as_u64(*reply.last()?);
+        if reply.len() != checks.len() * 12 + 1 {
+            return None;
+        }
+        checks
+            .iter()
+            .zip(reply.chunks_exact(12))
+            .map(|(check, values)| {
+                let mut counts = [0; COUNTED];
+                for (count, value) in counts.iter_mut().zip(&values[3..]) {
+                    *count = as_u64(*value);
+                }
+                let judged = Buckets {
+                    latest: as_u64(values[1]),
+                    counts,
+                };
+                let exact = SlidingMicros::new(check.policy());
+                let decision = match (values[0], exact.admit(Some(judged), check.cost(), now)) {
+                    (0, SlidingOutcome::Allowed { decision, .. }) => decision,
+                    (1, SlidingOutcome::Denied(denial)) => {
+                        Decision::for_mode(check.policy().quota_mode(), denial)
+                    }
+                    _ => return None,
+                };
+                // The eighth the admission counted in, and the counter's version.
+                Some((
+                    decision,
+                    Stamp::new([judged.latest, i64_to_word(values[2]), 0]),
+                ))
+            })
+            .collect()
+    }
+
+    fn refund_script() -> &'static Lua {
+        &SLIDING_WINDOW_REFUND
+    }
+
+    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+        checks
+            .iter()
+            .zip(admitted)
+            .flat_map(|(check, admitted)| {
+                let [admitted_in, version, _] = admitted.stamp().words();
+                [
+                    as_i64(SlidingMicros::new(check.policy()).sub_window),
+                    as_i64(check.cost()),
+                    word_to_i64(admitted_in),
+                    word_to_i64(version),
+                ]
+            })
+            .collect()
+    }
+
+    fn peek_decision(check: &Check<'_, Self>, now_us: i64, state: Option<&str>) -> Decision {
+        let exact = SlidingMicros::new(check.policy());
+        let stored = state
+            .and_then(parse_sliding)
+            .map(|(expires, _, counts)| Buckets {
+                latest: (expires / exact.sub_window.max(1)).saturating_sub(COUNTED as u64),
+                counts,
+            });
+        exact.peek_decision(check.policy(), stored, check.cost(), as_u64(now_us))
     }
 }

@@ -6,12 +6,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::Layout;
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite,
+    gcra_suite, sliding_window_lifecycle_suite, sliding_window_suite,
 };
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{CheckError, KeyRouting, RedisConfig, RedisLimiter};
 
@@ -44,7 +47,7 @@ async fn connect(nodes: &[String]) -> ClusterConnection {
 struct ShiftCluster {
     nodes: Vec<String>,
     prefix: String,
-    gcra: bool,
+    layout: Layout,
 }
 
 impl TimeControl for ShiftCluster {
@@ -56,13 +59,17 @@ impl TimeControl for ShiftCluster {
                 .get_multiplexed_async_connection()
                 .await
                 .expect("node");
-            common::shift(&mut connection, &self.prefix, by, self.gcra).await;
+            common::shift(&mut connection, &self.prefix, by, self.layout).await;
         }
     }
 
     async fn elapse(&self, by: Duration) {
         // Receipts carry Redis's own times, which no shift can move.
         tokio::time::sleep(by).await;
+    }
+
+    fn receipts_survive_advance(&self) -> bool {
+        false
     }
 
     fn drift(&self) -> Duration {
@@ -86,20 +93,29 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let time = ShiftCluster {
         nodes: nodes.clone(),
         prefix: config.prefix().to_owned(),
-        gcra: false,
+        layout: Layout::FixedWindow,
     };
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config);
     fixed_window_suite(&limiter, &time).await;
     fixed_window_lifecycle_suite(&limiter, &time).await;
     let config = single_slot(common::config("cluster-gcra"));
     let time = ShiftCluster {
-        nodes,
+        nodes: nodes.clone(),
         prefix: config.prefix().to_owned(),
-        gcra: true,
+        layout: Layout::Gcra,
     };
-    let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection, config);
+    let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection.clone(), config);
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
+    let config = single_slot(common::config("cluster-sliding"));
+    let time = ShiftCluster {
+        nodes,
+        prefix: config.prefix().to_owned(),
+        layout: Layout::SlidingWindow,
+    };
+    let limiter = RedisLimiter::<_, SlidingWindowPolicy>::cluster(connection, config);
+    sliding_window_suite(&limiter, &time).await;
+    sliding_window_lifecycle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]

@@ -12,7 +12,8 @@ use std::{
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -118,6 +119,19 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
     let gcra = RedisLimiter::<_, GcraPolicy>::connect(&url, RedisConfig::default())
         .await
         .expect("connect");
+    let sliding = RedisLimiter::<_, SlidingWindowPolicy>::connect(&url, RedisConfig::default())
+        .await
+        .expect("connect");
+    let recent = |scope: &str| {
+        SlidingWindowPolicy::new(
+            PolicyId::new("commands").expect("valid"),
+            ScopeId::new(scope).expect("valid"),
+            10,
+            Duration::from_secs(60),
+        )
+        .expect("valid")
+    };
+    let (recent_client, recent_identity) = (recent("client"), recent("identity"));
     let window = |scope: &str| {
         FixedWindowPolicy::new(
             PolicyId::new("commands").expect("valid"),
@@ -154,6 +168,14 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
                 .remaining(),
             Some(5)
         );
+        assert_eq!(
+            sliding
+                .peek(&Check::new(&recent_client, key(n)))
+                .await
+                .expect("peek")
+                .remaining(),
+            Some(10)
+        );
     }
     let keys: i64 = redis::cmd("DBSIZE")
         .query_async(&mut admin)
@@ -176,6 +198,20 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
         .into_parts()
         .1;
     gcra.refund(&[Check::new(&rate, key(1))], receipt.expect("allowed"))
+        .await
+        .expect("refund");
+    let recent_batch = [
+        Check::new(&recent_client, key(1)),
+        Check::new(&recent_identity, key(1)),
+    ];
+    let receipt = sliding
+        .admit_all(&recent_batch)
+        .await
+        .expect("admit")
+        .into_parts()
+        .1;
+    sliding
+        .refund(&recent_batch, receipt.expect("allowed"))
         .await
         .expect("refund");
 
@@ -243,6 +279,52 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
             .await,
             (0, 1),
             "a reset"
+        );
+        let recent_batch = [
+            Check::new(&recent_client, key(round)),
+            Check::new(&recent_identity, key(round)),
+        ];
+        let mut receipt = None;
+        assert_eq!(
+            sent(&mut admin, async || {
+                receipt = sliding
+                    .admit_all(&recent_batch)
+                    .await
+                    .expect("admit")
+                    .into_parts()
+                    .1;
+            })
+            .await,
+            one_script,
+            "a sliding-window batch"
+        );
+        let (scripts, _) = sent(&mut admin, async || {
+            let refunded = sliding
+                .refund(&recent_batch, receipt.take().expect("allowed"))
+                .await
+                .expect("refund");
+            assert_eq!(refunded.credited(), 2, "both checks credited");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a sliding-window refund");
+        assert_eq!(
+            sent(&mut admin, async || {
+                sliding.peek(&recent_batch[0]).await.expect("peek");
+            })
+            .await,
+            one_script,
+            "a sliding-window peek"
+        );
+        assert_eq!(
+            sent(&mut admin, async || {
+                sliding
+                    .reset(&recent_client, &key(round))
+                    .await
+                    .expect("reset");
+            })
+            .await,
+            (0, 1),
+            "a sliding-window reset"
         );
     }
 }

@@ -4,8 +4,9 @@ mod common;
 
 use runlimit_conformance::{
     fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
+    sliding_window_lifecycle_suite, sliding_window_suite,
 };
-use runlimit_core::{FixedWindowPolicy, GcraPolicy};
+use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_redis::RedisLimiter;
 
 #[tokio::test]
@@ -17,7 +18,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     let time = common::ShiftTime {
         connection: connection.clone(),
         prefix: config.prefix().to_owned(),
-        gcra: false,
+        layout: common::Layout::FixedWindow,
     };
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
     fixed_window_suite(&limiter, &time).await;
@@ -33,9 +34,25 @@ async fn gcra_passes_the_conformance_suite() {
     let time = common::ShiftTime {
         connection: connection.clone(),
         prefix: config.prefix().to_owned(),
-        gcra: true,
+        layout: common::Layout::Gcra,
     };
     let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, config);
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
+}
+
+#[tokio::test]
+async fn sliding_windows_pass_the_conformance_suite() {
+    let Some(connection) = common::connect("conformance").await else {
+        return;
+    };
+    let config = common::config("conf-sliding");
+    let time = common::ShiftTime {
+        connection: connection.clone(),
+        prefix: config.prefix().to_owned(),
+        layout: common::Layout::SlidingWindow,
+    };
+    let limiter = RedisLimiter::<_, SlidingWindowPolicy>::new(connection, config);
+    sliding_window_suite(&limiter, &time).await;
+    sliding_window_lifecycle_suite(&limiter, &time).await;
 }

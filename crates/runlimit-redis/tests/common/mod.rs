@@ -58,8 +58,20 @@ pub(crate) fn config(test: &str) -> RedisConfig {
 pub(crate) struct ShiftTime {
     pub(crate) connection: ConnectionManager,
     pub(crate) prefix: String,
-    /// Whether the keys hold GCRA state rather than fixed windows.
-    pub(crate) gcra: bool,
+    /// What the keys hold.
+    pub(crate) layout: Layout,
+}
+
+/// Which field of a stored state is a time to shift.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Layout {
+    /// `used:expires_us`: the second.
+    FixedWindow,
+    /// `tat_us:remainder:version`: the first.
+    Gcra,
+    /// `expires_us:version:counts…`: the first. Its eighth follows from it,
+    /// so only shifts by whole eighths of a policy's window are exact.
+    SlidingWindow,
 }
 
 const SHIFT: &str = r"
@@ -74,11 +86,11 @@ repeat
         if state and ttl > 0 then
             local first, second, rest = string.match(state, '^(%d+):(%d+)(.*)$')
             -- Fixed windows store used:expires_us; GCRA stores
-            -- tat_us:remainder:version.
-            if ARGV[3] == 'gcra' then
-                first = tonumber(first) - shift
-            else
+            -- tat_us:remainder:version, sliding windows expires_us:version:counts.
+            if ARGV[3] == 'fixed' then
                 second = tonumber(second) - shift
+            else
+                first = tonumber(first) - shift
             end
             redis.call('SET', key, string.format('%d:%d', first, second) .. rest, 'PX', ttl)
         end
@@ -93,13 +105,16 @@ pub(crate) async fn shift(
     connection: &mut impl redis::aio::ConnectionLike,
     prefix: &str,
     by: Duration,
-    gcra: bool,
+    layout: Layout,
 ) {
     let micros = i64::try_from(by.as_micros()).expect("small");
     redis::Script::new(SHIFT)
         .arg(prefix)
         .arg(micros)
-        .arg(if gcra { "gcra" } else { "fixed" })
+        .arg(match layout {
+            Layout::FixedWindow => "fixed",
+            Layout::Gcra | Layout::SlidingWindow => "first",
+        })
         .invoke_async::<i64>(connection)
         .await
         .expect("shift");
@@ -107,12 +122,16 @@ pub(crate) async fn shift(
 
 impl TimeControl for ShiftTime {
     async fn advance(&self, by: Duration) {
-        shift(&mut self.connection.clone(), &self.prefix, by, self.gcra).await;
+        shift(&mut self.connection.clone(), &self.prefix, by, self.layout).await;
     }
 
     async fn elapse(&self, by: Duration) {
         // Receipts carry Redis's own times, which no shift can move.
         tokio::time::sleep(by).await;
+    }
+
+    fn receipts_survive_advance(&self) -> bool {
+        false
     }
 
     fn drift(&self) -> Duration {

@@ -1,0 +1,58 @@
+-- Prepended to every Runlimit script: what the scripts of all three
+-- algorithms share.
+--   * The clock: Redis's TIME, read once per script, in microseconds.
+--   * Exactness: every integer stays below 2^53, where Lua's doubles are
+--     exact (limits and costs are at most 1e9, times are microseconds since
+--     the epoch); '%d' formats through a 64-bit integer, never in exponent
+--     notation.
+--   * State: a string of colon-separated integers per counter, read by
+--     `fields` into a table the script reuses, written by `keep` with an
+--     expiry, so Redis forgets a counter by itself once it is worthless.
+--   * The batch rule (`all_or_nothing`): every check is decided before
+--     anything is written, and nothing is written unless every check is
+--     allowed.
+-- The server's script engine, not the arithmetic, dominates the cost of a
+-- check, so the scripts avoid pattern matching, global lookups and table
+-- growth for the common single check.
+local clock = redis.call('TIME')
+local now = clock[1] * 1000000 + clock[2]
+local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
+
+-- The integers of `state` ("a:b:c") into `into`, in order; returns how many.
+-- A field that is not an integer reads as nil.
+local function fields(state, into)
+    local count, start = 0, 1
+    while true do
+        local stop = find(state, ':', start, true)
+        count = count + 1
+        into[count] = tonumber(sub(state, start, stop and stop - 1 or nil))
+        if not stop then
+            return count
+        end
+        start = stop + 1
+    end
+end
+
+-- Stores `value` at `key` until `expires` (microseconds on Redis's clock).
+-- The relative expiry in whole milliseconds stays below 1e14, so Lua passes
+-- it as an exact integer; the extra millisecond keeps the key from expiring
+-- early when the server's own millisecond clock lags TIME.
+local function keep(key, value, expires)
+    redis.call('SET', key, value, 'PX', ceil((expires - now) / 1000) + 1)
+end
+
+-- The batch rule: `decide(i)` for every check, true when allowed; then, only
+-- if every one was, `write(i)` for each.
+local function all_or_nothing(n, decide, write)
+    local allowed = true
+    for i = 1, n do
+        if not decide(i) then
+            allowed = false
+        end
+    end
+    if allowed then
+        for i = 1, n do
+            write(i)
+        end
+    end
+end
