@@ -124,6 +124,8 @@ RUNLIMIT_KEY_SECRET="smoke-test secret of at least 32 bytes" \
     --target-dir "$external_target_dir" --bin memory_backend
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin gcra
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin sliding_window
 
 # The demo that README's first command runs.
 if [[ -f scripts/run-demo.sh && -x scripts/run-demo.sh ]]; then

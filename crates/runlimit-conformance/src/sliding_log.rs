@@ -83,7 +83,7 @@ pub fn policies(
 pub struct TraceCheck {
     /// Index into the policies the trace runs with (modulo their number).
     pub policy: usize,
-    /// The subject, as [`subject`](crate::subject) numbers them.
+    /// The subject, as [`subject`] numbers them.
     pub subject: u8,
     /// The cost, capped at the policy's limit.
     pub cost: u64,

@@ -1,14 +1,17 @@
 //! Process-local, hard-bounded storage for Runlimit.
 //!
 //! `runlimit-memory` implements [`runlimit_core::Limiter`] in process memory:
-//! [`MemoryStore`] for anchored fixed windows ([`FixedWindowPolicy`]) and
-//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]). Use it
+//! [`MemoryStore`] for anchored fixed windows ([`FixedWindowPolicy`]),
+//! [`SlidingWindowStore`] for sliding windows ([`SlidingWindowPolicy`]) and
+//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]), all
+//! three on one sharded table. Use it
 //! for single-process services, tests, and as the coarse first-line gate in
 //! front of a shared backend such as `runlimit-postgres`; it enforces a
 //! per-process quota, not a fleet-wide one.
 //!
 //! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
 //! [`GcraPolicy`]: runlimit_core::GcraPolicy
+//! [`SlidingWindowPolicy`]: runlimit_core::SlidingWindowPolicy
 //!
 //! # Example
 //!
@@ -49,12 +52,18 @@
 //! * **Bounded cleanup.** When a check needs room for a new key, it removes at
 //!   most [`cleanup_per_check`](MemoryStoreConfig::cleanup_per_check) expired
 //!   entries from its shard (a batch gets that allowance once per check on the
-//!   shard). A fixed-window entry expires at its anchored deadline; a GCRA entry
-//!   when its full burst has replenished. Until removed, an expired entry behaves
-//!   exactly like an absent key.
+//!   shard). A fixed-window entry expires at its anchored deadline; a
+//!   sliding-window entry once nothing in its window still counts; a GCRA
+//!   entry when its full burst has replenished. Until removed, an expired
+//!   entry behaves exactly like an absent key.
 //! * **Fixed windows are anchored.** The first allowed check for a key starts its
 //!   window; later checks use that anchor until the whole window has elapsed.
 //!   Durations are exact at evaluation time.
+//! * **Sliding windows never exceed their limit in any window.** Each entry
+//!   counts the units of the nine eighths of a window before now (64 bytes, a
+//!   fixed window's 32 twice); a unit is released at most an eighth of the
+//!   window after an exact log would release it. See
+//!   [`SlidingWindowPolicy`].
 //! * **GCRA is exact.** Replenishment uses scaled integers (nanoseconds plus a
 //!   remainder in units of `1 / quota` ns), never floating point; retry and reset
 //!   durations are rounded up to whole milliseconds. State is constant-size per

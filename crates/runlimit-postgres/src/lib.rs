@@ -2,13 +2,17 @@
 //!
 //! `runlimit-postgres` implements [`runlimit_core::Limiter`] on a PostgreSQL
 //! database through SQLx, for quotas that must hold across replicas or survive
-//! restarts. [`PostgresLimiter<FixedWindowPolicy>`](PostgresLimiter) and
+//! restarts. [`PostgresLimiter<FixedWindowPolicy>`](PostgresLimiter),
+//! [`PostgresLimiter<SlidingWindowPolicy>`](PostgresLimiter) and
 //! [`PostgresLimiter<GcraPolicy>`](PostgresLimiter) have exactly the semantics of
-//! `runlimit-memory`'s `MemoryStore` and `GcraStore`, proven by the same
-//! conformance suite.
+//! `runlimit-memory`'s `MemoryStore`, `SlidingWindowStore` and `GcraStore`,
+//! proven by the same conformance suite. The functions of the three share one
+//! prologue (settings, advisory locks in order, the clock), the capacity rule,
+//! cleanup and reset.
 //!
 //! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
 //! [`GcraPolicy`]: runlimit_core::GcraPolicy
+//! [`SlidingWindowPolicy`]: runlimit_core::SlidingWindowPolicy
 //!
 //! # Example
 //!

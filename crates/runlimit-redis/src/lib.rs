@@ -1,8 +1,8 @@
 //! Shared quotas on Redis and Redis Cluster.
 //!
 //! `runlimit-redis` implements [`runlimit_core::Limiter`] on Redis with the same
-//! fixed-window and GCRA semantics as `runlimit-memory` and `runlimit-postgres`,
-//! proven by the shared conformance suite.
+//! fixed-window, sliding-window and GCRA semantics as `runlimit-memory` and
+//! `runlimit-postgres`, proven by the shared conformance suite.
 //!
 //! # Example
 //!
@@ -34,7 +34,9 @@
 //! Every check and every atomic batch runs one Lua script (`EVALSHA`, reloaded
 //! with `EVAL` after `SCRIPT FLUSH` or a restart). Scripts run atomically, read
 //! Redis's own clock with `TIME`, decide every check first, and write only when
-//! all are allowed, so a denied or failed batch consumes nothing.
+//! all are allowed, so a denied or failed batch consumes nothing. The
+//! scripts of the three algorithms share one prelude for the clock, state
+//! fields, expiring writes and that batch rule.
 //!
 //! # Refund, peek and reset
 //!
@@ -57,11 +59,13 @@
 //!
 //! A key is the configured prefix plus the 128 hex digits of the counter key
 //! (policy fingerprint and HMAC subject key); raw subjects never reach Redis.
-//! Each key holds one short string (`used:window_end_us` or
-//! `arrival_us:remainder`) and expires by itself (`SET … PX`) when its window
-//! ends or its full burst has replenished, so memory is bounded by the number of
-//! subjects active within one window or replenishment period, roughly 200 bytes
-//! each with Redis's per-key overhead. Use `maxmemory-policy noeviction` (or `volatile-*` policies
+//! Each key holds one short string (`used:window_end_us`,
+//! `arrival_us:remainder:version`, or for a sliding window its expiry, version
+//! and nine counts) and expires by itself (`SET … PX`) when its window ends,
+//! nothing in its sliding window still counts, or its full burst has
+//! replenished, so memory is bounded by the number of subjects active within
+//! one window or replenishment period, roughly 200 bytes each with Redis's
+//! per-key overhead (a few dozen more for a sliding window). Use `maxmemory-policy noeviction` (or `volatile-*` policies
 //! on an instance that holds nothing else you would rather keep): an evicted
 //! counter is forgotten, so its subject gets a fresh quota, exactly the failure
 //! a rate limiter exists to prevent. With `noeviction`, a full Redis refuses the
