@@ -5,8 +5,9 @@
 //! eight before it. An eighth ("sub-window") is a whole number of clock units
 //! in every backend (a window is whole milliseconds, and a millisecond is
 //! 10<sup>6</sup> nanoseconds or 10<sup>3</sup> microseconds, both divisible
-//! by 8), and eighths are numbered from the clock's origin, so
-//! [`SlidingExact`] only divides times by a constant and adds counts.
+//! by 8), and eighths are aligned to the clock's origin, so [`SlidingExact`]
+//! only adds counts and, when a check falls in a later eighth than a key's
+//! counts end with, divides a time by a constant.
 //!
 //! Why nine: at time `t` in eighth `b`, the interval `(t - window, t]` starts in
 //! eighth `b - 8` at the earliest, so the nine eighths `b - 8 ..= b` hold every
@@ -30,46 +31,30 @@ pub const COUNTED: usize = 9;
 pub const SUB_WINDOWS: u64 = 8;
 
 /// The units admitted in each of the nine eighths a key's counts cover.
+///
+/// Eighths are named by when they begin (in clock units, a multiple of the
+/// policy's eighth), so a check in the eighth its counts already end with, the
+/// common case, needs no division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Buckets {
-    /// The eighth `counts[0]` is for (counted from the clock's origin).
-    pub latest: u64,
-    /// `counts[i]` is the units admitted in eighth `latest - i`.
+    /// When the eighth `counts[0]` is for began.
+    pub latest_start: u64,
+    /// `counts[i]` is the units admitted in the eighth `i` before the latest.
     pub counts: [u64; COUNTED],
 }
 
 impl Buckets {
-    /// No units admitted, as of eighth `latest`.
+    /// No units admitted, as of the eighth beginning at `latest_start`.
     #[must_use]
-    pub const fn empty(latest: u64) -> Self {
+    pub const fn empty(latest_start: u64) -> Self {
         Self {
-            latest,
+            latest_start,
             counts: [0; COUNTED],
         }
     }
 
-    /// The counts as of eighth `bucket`: eighths that have fallen out of the
-    /// nine dropped. A `bucket` before `latest` (a clock that stepped back)
-    /// leaves them as they are.
-    #[must_use]
-    pub fn at(self, bucket: u64) -> Self {
-        if bucket <= self.latest {
-            return self;
-        }
-        let shift = bucket - self.latest;
-        let mut counts = [0; COUNTED];
-        if shift < COUNTED as u64 {
-            // Below COUNTED, so the conversion cannot fail.
-            let shift = usize::try_from(shift).unwrap_or(COUNTED);
-            counts[shift..].copy_from_slice(&self.counts[..COUNTED - shift]);
-        }
-        Self {
-            latest: bucket,
-            counts,
-        }
-    }
-
     /// All units still counted.
+    #[inline]
     #[must_use]
     pub fn total(&self) -> u64 {
         self.counts.iter().sum()
@@ -107,6 +92,7 @@ pub enum SlidingOutcome {
 
 impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
     /// The quantities for `policy`.
+    #[inline]
     #[must_use]
     pub fn new(policy: &SlidingWindowPolicy) -> Self {
         Self {
@@ -114,43 +100,112 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
             // bounded by MAX_WINDOW in clock units.
             sub_window: policy
                 .window_millis()
-                .saturating_mul(UNITS_PER_MILLI / SUB_WINDOWS),
+                .saturating_mul(UNITS_PER_MILLI / SUB_WINDOWS)
+                .max(1),
             limit: policy.limit(),
         }
     }
 
-    /// The eighth `now` (in clock units) falls in.
+    /// The number of the eighth `now` (in clock units) falls in, counted from
+    /// the clock's origin.
+    #[inline]
     #[must_use]
     pub fn bucket(&self, now: u64) -> u64 {
-        now / self.sub_window.max(1)
+        now / self.sub_window
     }
 
-    /// When eighth `bucket` begins, in clock units.
+    /// When eighth number `bucket` begins, in clock units.
+    #[inline]
     #[must_use]
     pub fn start_of(&self, bucket: u64) -> u64 {
         bucket.saturating_mul(self.sub_window)
     }
 
-    /// When the units counted in eighth `latest` all stop counting: the end
-    /// of the eighth eight after it. A key whose latest admission fell in
-    /// `latest` is worthless from then on.
+    /// When the units counted in the eighth beginning at `latest_start` all
+    /// stop counting: when the ninth eighth after it begins. A key whose
+    /// latest admission fell in that eighth is worthless from then on.
+    #[inline]
     #[must_use]
-    pub fn expiry_of(&self, latest: u64) -> u64 {
-        self.start_of(latest.saturating_add(COUNTED as u64))
+    pub fn expiry_of(&self, latest_start: u64) -> u64 {
+        latest_start.saturating_add(COUNTED as u64 * self.sub_window)
+    }
+
+    /// The eighth an expiry from [`expiry_of`](Self::expiry_of) belongs to.
+    #[inline]
+    #[must_use]
+    pub fn latest_start_of(&self, expires_at: u64) -> u64 {
+        expires_at.saturating_sub(COUNTED as u64 * self.sub_window)
+    }
+
+    /// `stored` as of `now`: eighths that have fallen out of the nine dropped,
+    /// `None` (no key) read as no units. A `now` before the latest eighth (a
+    /// clock that stepped back) leaves the counts as they are.
+    #[inline]
+    #[must_use]
+    pub fn at(&self, stored: Option<Buckets>, now: u64) -> Buckets {
+        let Some(stored) = stored else {
+            return Buckets::empty(now - now % self.sub_window);
+        };
+        // The common case: a check in the eighth the counts end with.
+        if now < stored.latest_start.saturating_add(self.sub_window) {
+            return stored;
+        }
+        let shift = (now - stored.latest_start) / self.sub_window;
+        let mut counts = [0; COUNTED];
+        if shift < COUNTED as u64 {
+            // Below COUNTED, so the conversion cannot fail.
+            let shift = usize::try_from(shift).unwrap_or(COUNTED);
+            counts[shift..].copy_from_slice(&stored.counts[..COUNTED - shift]);
+        }
+        Buckets {
+            latest_start: stored.latest_start + shift * self.sub_window,
+            counts,
+        }
+    }
+
+    /// The common case of [`admit`](Self::admit), decided in place: a check
+    /// at `now` in the eighth the stored `counts` end with (which began at
+    /// `latest_start`) that fits. Returns the decision (the caller adds `cost`
+    /// to `counts[0]`), or `None` when `now` lies in another eighth or the
+    /// cost does not fit, for [`admit`](Self::admit) to decide.
+    #[inline]
+    #[must_use]
+    pub fn admit_in_latest(
+        &self,
+        latest_start: u64,
+        counts: &[u64; COUNTED],
+        cost: u64,
+        now: u64,
+    ) -> Option<Decision> {
+        if now < latest_start || now >= latest_start.saturating_add(self.sub_window) {
+            return None;
+        }
+        let total: u64 = counts.iter().sum();
+        let remaining = self.limit.checked_sub(total.saturating_add(cost))?;
+        let reset_after = self.until(self.expiry_of(latest_start), now);
+        Decision::allowed(self.limit, remaining, reset_after).ok()
     }
 
     /// Decides `cost` units at `now` against `stored` counts (`None` for a key
     /// not stored).
+    #[inline]
     #[must_use]
     pub fn admit(&self, stored: Option<Buckets>, cost: u64, now: u64) -> SlidingOutcome {
-        let bucket = self.bucket(now);
-        let mut counts = stored.map_or(Buckets::empty(bucket), |stored| stored.at(bucket));
+        if let Some(stored) = &stored
+            && let Some(decision) =
+                self.admit_in_latest(stored.latest_start, &stored.counts, cost, now)
+        {
+            let mut next = *stored;
+            next.counts[0] += cost;
+            return SlidingOutcome::Allowed { decision, next };
+        }
+        let mut counts = self.at(stored, now);
         let total = counts.total();
         if total.saturating_add(cost) > self.limit {
             return SlidingOutcome::Denied(self.denial(&counts, total, cost, now));
         }
         counts.counts[0] += cost;
-        let reset_after = self.until(self.expiry_of(counts.latest), now);
+        let reset_after = self.until(self.expiry_of(counts.latest_start), now);
         let decision = Decision::allowed(self.limit, self.limit - total - cost, reset_after)
             .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"));
         SlidingOutcome::Allowed {
@@ -167,14 +222,16 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
     ///
     /// The denial when `cost` does not fit now.
     pub fn peek(&self, stored: Option<Buckets>, cost: u64, now: u64) -> Result<Decision, Denial> {
-        let bucket = self.bucket(now);
-        let counts = stored.map_or(Buckets::empty(bucket), |stored| stored.at(bucket));
+        let counts = self.at(stored, now);
         let total = counts.total();
         if total.saturating_add(cost) > self.limit {
             return Err(self.denial(&counts, total, cost, now));
         }
         let reset_after = match counts.counts.iter().position(|&count| count > 0) {
-            Some(age) => self.until(self.expiry_of(counts.latest - age as u64), now),
+            Some(age) => self.until(
+                self.expiry_of(counts.latest_start - age as u64 * self.sub_window),
+                now,
+            ),
             None => Duration::ZERO,
         };
         Ok(
@@ -199,14 +256,15 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
 
     /// The denial of `cost` against `counts` (as of now): the exact earliest
     /// time enough of the oldest eighths have dropped out for it to fit.
+    #[cold]
     fn denial(&self, counts: &Buckets, total: u64, cost: u64, now: u64) -> Denial {
         let mut left = total;
-        let mut retry_after = self.until(self.expiry_of(counts.latest), now);
+        let mut retry_after = self.until(self.expiry_of(counts.latest_start), now);
         // After `k` more eighths begin, the `k` oldest have dropped out.
         for k in 1..=COUNTED {
             left -= counts.counts[COUNTED - k];
             if left + cost <= self.limit {
-                retry_after = self.until(self.start_of(counts.latest + k as u64), now);
+                retry_after = self.until(counts.latest_start + k as u64 * self.sub_window, now);
                 break;
             }
         }
@@ -218,13 +276,15 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
 
     /// From `now` until `then` (clock units), rounded up to whole
     /// milliseconds.
+    #[inline]
     fn until(&self, then: u64, now: u64) -> Duration {
         Duration::from_millis(then.saturating_sub(now).div_ceil(UNITS_PER_MILLI))
     }
 
-    /// Gives back `cost` units admitted in eighth `admitted_in` from `stored`
-    /// at `now`: nothing if that eighth has dropped out of the counts.
-    /// Returns the new counts when something was credited.
+    /// Gives back `cost` units admitted in the eighth beginning at
+    /// `admitted_in` from `stored` at `now`: nothing if that eighth has
+    /// dropped out of the counts. Returns the new counts when something was
+    /// credited.
     #[must_use]
     pub fn refund(
         &self,
@@ -233,8 +293,8 @@ impl<const UNITS_PER_MILLI: u64> SlidingExact<UNITS_PER_MILLI> {
         cost: u64,
         now: u64,
     ) -> Option<Buckets> {
-        let mut counts = stored.at(self.bucket(now));
-        let age = counts.latest.checked_sub(admitted_in)?;
+        let mut counts = self.at(Some(stored), now);
+        let age = counts.latest_start.checked_sub(admitted_in)? / self.sub_window;
         let index = usize::try_from(age).ok().filter(|&age| age < COUNTED)?;
         let credit = counts.counts[index].min(cost);
         if credit == 0 {
@@ -278,7 +338,8 @@ mod tests {
         let SlidingOutcome::Denied(denial) = exact.admit(stored, 1, 81 * MS) else {
             panic!("a boundary burst");
         };
-        // Counted in eighth 7 (70..80 ms), they drop out when eighth 16 begins.
+        // Counted in the eighth 70..80 ms, they drop out when the ninth eighth
+        // after it begins, at 160 ms.
         assert_eq!(denial.retry_after(), Some(Duration::from_millis(160 - 81)));
         assert!(matches!(
             exact.admit(stored, 1, 160 * MS),
@@ -341,7 +402,7 @@ mod tests {
             SlidingOutcome::Denied(_)
         ));
         assert!(
-            exact.expiry_of(next.latest) < 1 << 53,
+            exact.expiry_of(next.latest_start) < 1 << 53,
             "exact in Lua's doubles"
         );
     }

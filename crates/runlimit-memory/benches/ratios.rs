@@ -4,7 +4,9 @@
 //!   by side with governor's keyed limiter;
 //! - an atomic batch of two stored keys against two single checks;
 //! - a peek, an admission with a receipt and a refund against a check, on a
-//!   hot key of each algorithm.
+//!   hot key of each algorithm;
+//! - a sliding-window check against a fixed-window check, on a hot key and
+//!   on 100k random stored keys.
 //!
 //! A ratio of two criterion groups compares measurements taken seconds apart,
 //! and on a shared VM the host's load moves more in that time than the figure
@@ -12,7 +14,7 @@
 //! two sides and reports the median ratio over the rounds.
 //!
 //! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch`,
-//! `-- scaling` or `-- lifecycle` for one part); it prints each round's
+//! `-- scaling`, `-- lifecycle` or `-- sliding` for one part); it prints each round's
 //! nanoseconds and ratio, then the medians.
 #![allow(missing_docs)]
 
@@ -27,8 +29,10 @@ use std::{
 
 use governor::RateLimiter;
 use runlimit_core::{Check, Policy, Receipt, SubjectKey};
-use runlimit_memory::{Algorithm, GcraStore, MemoryStore, MemoryStoreConfig, Store};
-use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
+use runlimit_memory::{
+    Algorithm, GcraStore, MemoryStore, MemoryStoreConfig, SlidingWindowStore, Store,
+};
+use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, sliding_policy, subject};
 
 const ROUNDS: usize = 9;
 const CHECKS_PER_THREAD: u64 = 2_000_000;
@@ -221,6 +225,78 @@ fn main() {
     if wanted("lifecycle") {
         lifecycle();
     }
+    if wanted("sliding") {
+        sliding();
+    }
+}
+
+/// A sliding-window check against a fixed-window check of the same limit
+/// and window: on one hot key, and on 100k stored keys in a pseudo-random
+/// order (one shard, as the default store).
+fn sliding() {
+    let config = MemoryStoreConfig::new(2 * RANDOM_KEYS).expect("valid");
+    let (fixed, sliding) = (fixed_policy("client"), sliding_policy("client"));
+    let fixed_store = MemoryStore::new(config);
+    let sliding_store = SlidingWindowStore::new(config);
+    let keys: Vec<SubjectKey> = (0..RANDOM_KEYS as u64).map(subject).collect();
+    for key in &keys {
+        fixed_store.check(&Check::new(&fixed, *key)).expect("ok");
+        sliding_store
+            .check(&Check::new(&sliding, *key))
+            .expect("ok");
+    }
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let indices: Vec<usize> = (0..CALLS_PER_ROUND)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
+        })
+        .collect();
+    let random = |work: &dyn Fn(SubjectKey)| {
+        let mut position = 0;
+        per_call(|| {
+            work(keys[indices[position]]);
+            position += 1;
+        })
+    };
+    let (mut hot, mut spread) = (Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let hot_fixed = per_call(|| {
+            black_box(
+                fixed_store
+                    .check(&Check::new(&fixed, black_box(keys[0])))
+                    .expect("ok"),
+            );
+        });
+        let hot_sliding = per_call(|| {
+            black_box(
+                sliding_store
+                    .check(&Check::new(&sliding, black_box(keys[0])))
+                    .expect("ok"),
+            );
+        });
+        let spread_fixed = random(&|key| {
+            black_box(fixed_store.check(&Check::new(&fixed, key)).expect("ok"));
+        });
+        let spread_sliding = random(&|key| {
+            black_box(sliding_store.check(&Check::new(&sliding, key)).expect("ok"));
+        });
+        hot.push(hot_sliding / hot_fixed);
+        spread.push(spread_sliding / spread_fixed);
+        println!(
+            "round {round}, sliding: hot key fixed {hot_fixed:.1} ns, sliding {hot_sliding:.1} ns \
+             ({:.2}x); 100k keys fixed {spread_fixed:.1} ns, sliding {spread_sliding:.1} ns ({:.2}x)",
+            hot_sliding / hot_fixed,
+            spread_sliding / spread_fixed
+        );
+    }
+    println!(
+        "median over {ROUNDS} rounds: sliding / fixed window, hot key {:.2}x, 100k keys {:.2}x",
+        median(&mut hot),
+        median(&mut spread)
+    );
 }
 
 fn scaling() {

@@ -521,14 +521,14 @@ pub struct SlidingState {
 impl SlidingState {
     fn buckets(&self, exact: &SlidingNanos) -> Buckets {
         Buckets {
-            latest: (self.expires_at / exact.sub_window.max(1)).saturating_sub(COUNTED as u64),
+            latest_start: exact.latest_start_of(self.expires_at),
             counts: self.counts,
         }
     }
 
     fn from_buckets(exact: &SlidingNanos, buckets: Buckets, version: u32) -> Self {
         Self {
-            expires_at: exact.expiry_of(buckets.latest),
+            expires_at: exact.expiry_of(buckets.latest_start),
             counts: buckets.counts,
             version,
         }
@@ -586,7 +586,7 @@ impl Engine for SlidingWindow {
     type Policy = SlidingWindowPolicy;
     const ISSUER: &'static str = "runlimit-memory/sliding_window";
 
-    #[inline]
+    #[inline(always)]
     fn evaluate(
         policy: &SlidingWindowPolicy,
         state: Option<SlidingState>,
@@ -594,6 +594,21 @@ impl Engine for SlidingWindow {
         now: u64,
     ) -> Evaluation<SlidingState> {
         let exact = SlidingNanos::new(policy);
+        // The common case in place, without copying the counts around.
+        if let Some(mut state) = state
+            && let Some(decision) = exact.admit_in_latest(
+                exact.latest_start_of(state.expires_at),
+                &state.counts,
+                cost,
+                now,
+            )
+        {
+            state.counts[0] += cost;
+            return Evaluation::Allowed {
+                decision,
+                next: state,
+            };
+        }
         let version = state.map_or(0, |state| state.version);
         match exact.admit(state.map(|state| state.buckets(&exact)), cost, now) {
             SlidingOutcome::Denied(denial) => Evaluation::Denied(denial),
@@ -637,8 +652,12 @@ impl Engine for SlidingWindow {
             return Credit::Nothing;
         }
         let exact = SlidingNanos::new(policy);
-        let admitted_in = (expires_at / exact.sub_window.max(1)).saturating_sub(COUNTED as u64);
-        match exact.refund(state.buckets(&exact), admitted_in, cost, now) {
+        match exact.refund(
+            state.buckets(&exact),
+            exact.latest_start_of(expires_at),
+            cost,
+            now,
+        ) {
             Some(next) => Credit::To(SlidingState::from_buckets(&exact, next, state.version)),
             None => Credit::Nothing,
         }

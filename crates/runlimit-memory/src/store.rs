@@ -46,8 +46,10 @@ const INLINE_BATCH: usize = 4;
 /// The states an allowed batch committed, in check order (empty otherwise).
 type Committed<S> = SmallVec<[S; INLINE_BATCH]>;
 
-/// A single check's decision and, when allowed, the state it committed.
-type Checked<S> = Result<(Decision, Option<S>), MemoryStoreError>;
+/// A single check's decision and, when allowed, the receipt stamp of the
+/// state it committed (three words, rather than a state of up to six: the
+/// result crosses several frames on the hot path).
+type Checked = Result<(Decision, Option<[u64; 3]>), MemoryStoreError>;
 
 /// A batch's decision and the states it committed.
 type BatchChecked<S> = Result<(BatchDecision, Committed<S>), MemoryStoreError>;
@@ -134,17 +136,14 @@ impl<A: Algorithm> Store<A> {
         check: &Check<'_, A::Policy>,
     ) -> Result<Admission<Decision>, MemoryStoreError> {
         let (decision, committed) = self.check_reported(check)?;
-        let receipt = committed.map(|state| {
-            Receipt::new(
-                A::ISSUER,
-                [Admitted::new(check, Stamp::new(A::stamp(&state)))],
-            )
-        });
+        let receipt = committed
+            .map(|stamp| Receipt::new(A::ISSUER, [Admitted::new(check, Stamp::new(stamp))]));
         Ok(Admission::new(decision, receipt))
     }
 
-    /// One check, observed; with the state it committed when allowed.
-    fn check_reported(&self, check: &Check<'_, A::Policy>) -> Checked<A::State> {
+    /// One check, observed; with the stamp of the state it committed when
+    /// allowed.
+    fn check_reported(&self, check: &Check<'_, A::Policy>) -> Checked {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
@@ -170,7 +169,7 @@ impl<A: Algorithm> Store<A> {
         shard_index: usize,
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
-    ) -> Option<Checked<A::State>> {
+    ) -> Option<Checked> {
         let shard = &self.shards[shard_index];
         let table = match shard.read(shard_index) {
             Ok(table) => table,
@@ -191,7 +190,7 @@ impl<A: Algorithm> Store<A> {
                 }
                 Evaluation::Allowed { decision, next } => {
                     held.commit(next);
-                    (decision, Some(next))
+                    (decision, Some(A::stamp(&next)))
                 }
             },
         ))
@@ -204,7 +203,7 @@ impl<A: Algorithm> Store<A> {
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
         effects: &mut Effects,
-    ) -> Checked<A::State> {
+    ) -> Checked {
         let shard = &self.shards[shard_index];
         let mut table = shard.write(shard_index)?;
         // Another check may have stored the key since it was looked up.
@@ -219,7 +218,7 @@ impl<A: Algorithm> Store<A> {
                 Evaluation::Allowed { decision, next } => match found {
                     Some((slot, _)) => {
                         table.set_state(slot, next);
-                        (decision, Some(next))
+                        (decision, Some(A::stamp(&next)))
                     }
                     None => {
                         self.clean(
@@ -232,7 +231,8 @@ impl<A: Algorithm> Store<A> {
                         let admitted = if table.headroom() == 0 {
                             (Decision::denied(capacity_denial(&table, now)), None)
                         } else {
-                            (decision, Some(table.insert(*key, next, A::deadline)))
+                            let stored = table.insert(*key, next, A::deadline);
+                            (decision, Some(A::stamp(&stored)))
                         };
                         if self.observer.is_some() {
                             effects.capacity.push(capacity_of(&table, shard_index));

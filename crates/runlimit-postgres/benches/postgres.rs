@@ -4,7 +4,8 @@
 //! Run with `cargo bench -p runlimit-postgres --bench postgres` (reads
 //! `RUNLIMIT_POSTGRES_TEST_DATABASE_URL`, default the local test database; set
 //! `BENCH_SECONDS` to change the 3-second measurement per cell). Results are
-//! recorded in BENCHMARKS.md.
+//! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
+//! sliding-window checks at 32 tasks over rounds and reports the median ratio.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 use std::{
@@ -14,7 +15,7 @@ use std::{
 
 use runlimit_core::{
     Check, FixedWindowPolicy, Lifecycle, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
-    SubjectKey,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{Executor, PgPool, postgres::PgPoolOptions};
@@ -30,6 +31,16 @@ enum Workload {
     /// An admission with a receipt, then its refund: what a request that does
     /// not count costs (counting only failed logins, say).
     CheckAndRefund,
+    /// A sliding-window check of the same limit and window.
+    SlidingCheck,
+}
+
+/// The limiters and policies the workloads run.
+struct Subjects {
+    fixed: PostgresLimiter<FixedWindowPolicy>,
+    sliding: PostgresLimiter<SlidingWindowPolicy>,
+    policies: [FixedWindowPolicy; 2],
+    sliding_policy: SlidingWindowPolicy,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -48,15 +59,14 @@ async fn run(
     tasks: usize,
     seconds: f64,
     pool: &PgPool,
-    limiter: &Arc<PostgresLimiter<FixedWindowPolicy>>,
-    policies: &Arc<[FixedWindowPolicy; 2]>,
+    subjects: &Arc<Subjects>,
 ) -> (f64, Duration, Duration) {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
-            let (pool, limiter, policies) =
-                (pool.clone(), Arc::clone(limiter), Arc::clone(policies));
+            let (pool, subjects) = (pool.clone(), Arc::clone(subjects));
             tokio::spawn(async move {
+                let (limiter, policies) = (&subjects.fixed, &subjects.policies);
                 let mut latencies = Vec::new();
                 let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
                 while Instant::now() < deadline {
@@ -99,6 +109,14 @@ async fn run(
                                 .await
                                 .expect("refund");
                             assert_eq!(refunded.credited(), 1);
+                        }
+                        Workload::SlidingCheck => {
+                            let decision = subjects
+                                .sliding
+                                .check(&Check::new(&subjects.sliding_policy, subject(key)))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
                         }
                         Workload::BatchOfTwo => {
                             let checks = [
@@ -165,10 +183,7 @@ async fn main() {
         .and_then(|c| c.with_operation_timeout(Duration::from_secs(10)))
         .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
         .expect("valid");
-    let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
-        pool.clone(),
-        config,
-    ));
+    let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), config);
     limiter.migrate().await.expect("migrate");
     let policy = |scope: &str| {
         FixedWindowPolicy::new(
@@ -179,12 +194,60 @@ async fn main() {
         )
         .expect("valid")
     };
-    let policies = Arc::new([policy("client"), policy("identity")]);
+    let subjects = Arc::new(Subjects {
+        sliding: limiter.for_policy(),
+        fixed: limiter,
+        policies: [policy("client"), policy("identity")],
+        sliding_policy: SlidingWindowPolicy::new(
+            PolicyId::new("bench").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            MAX_LIMIT,
+            MAX_WINDOW,
+        )
+        .expect("valid"),
+    });
     // Warm every key and statement so the measurement sees steady-state updates.
-    for workload in [Workload::Upsert, Workload::BatchOfTwo] {
-        run(workload, 32, seconds, &pool, &limiter, &policies).await;
+    for workload in [
+        Workload::Upsert,
+        Workload::BatchOfTwo,
+        Workload::SlidingCheck,
+    ] {
+        run(workload, 32, seconds, &pool, &subjects).await;
     }
+    if std::env::args().any(|arg| arg == "sliding") {
+        sliding_against_fixed(seconds, &pool, &subjects).await;
+    } else {
+        table(seconds, &pool, &subjects).await;
+    }
+    pool.close().await;
+    admin
+        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
+        .await
+        .expect("drop");
+}
 
+/// Fixed-window and sliding-window checks at 32 tasks, alternating, with
+/// the median ratio over the rounds.
+async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
+    let mut ratios = Vec::new();
+    for round in 1..=5 {
+        let (fixed, ..) = run(Workload::Check, 32, seconds, pool, subjects).await;
+        let (sliding, ..) = run(Workload::SlidingCheck, 32, seconds, pool, subjects).await;
+        ratios.push(sliding / fixed);
+        println!(
+            "round {round}: fixed window {fixed:.0} checks/s, sliding window {sliding:.0} checks/s, \
+             {:.0}%",
+            100.0 * sliding / fixed
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "median over 5 rounds at 32 tasks: sliding / fixed window {:.0}%",
+        100.0 * ratios[2]
+    );
+}
+
+async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
     println!("| tasks | workload | checks/s | p50 | p99 | vs upsert floor |");
     println!("|---|---|---|---|---|---|");
     for tasks in [1usize, 8, 32] {
@@ -195,14 +258,18 @@ async fn main() {
             Workload::Check,
             Workload::CheckAndRefund,
             Workload::BatchOfTwo,
+            Workload::SlidingCheck,
         ] {
-            let (rate, p50, p99) = run(workload, tasks, seconds, &pool, &limiter, &policies).await;
+            let (rate, p50, p99) = run(workload, tasks, seconds, pool, subjects).await;
             if matches!(workload, Workload::Upsert) {
                 upsert_rate = rate;
             }
             let relative = if matches!(
                 workload,
-                Workload::Check | Workload::BatchOfTwo | Workload::CheckAndRefund
+                Workload::Check
+                    | Workload::BatchOfTwo
+                    | Workload::CheckAndRefund
+                    | Workload::SlidingCheck
             ) {
                 format!("{:.0}%", 100.0 * rate / upsert_rate)
             } else {
@@ -215,9 +282,4 @@ async fn main() {
             );
         }
     }
-    pool.close().await;
-    admin
-        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
-        .await
-        .expect("drop");
 }

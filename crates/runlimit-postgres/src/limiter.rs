@@ -921,7 +921,7 @@ impl PgPolicy for SlidingWindowPolicy {
             .zip(&exact)
             .map(|((check, row), exact)| {
                 let outcome: i16 = row.try_get(0)?;
-                let judged = buckets(row.try_get(1)?, &row.try_get::<Vec<i64>, _>(2)?)?;
+                let judged = buckets(exact, row.try_get(1)?, &row.try_get::<Vec<i64>, _>(2)?)?;
                 let now_us = as_u64(row.try_get(3)?);
                 let version: i64 = row.try_get(4)?;
                 let policy = check.policy();
@@ -938,8 +938,13 @@ impl PgPolicy for SlidingWindowPolicy {
                     }
                     _ => capacity_decision(),
                 };
-                // The eighth the admission counted in, and the row's version.
-                let stamp = Stamp::new([judged.latest, i64_to_word(version), 0]);
+                // The number of the eighth the admission counted in, and the
+                // row's version.
+                let stamp = Stamp::new([
+                    judged.latest_start / exact.sub_window,
+                    i64_to_word(version),
+                    0,
+                ]);
                 Ok(Decided { decision, stamp })
             })
             .collect()
@@ -996,9 +1001,11 @@ impl PgPolicy for SlidingWindowPolicy {
         let stored = match row.try_get::<Option<Vec<i64>>, _>(1)? {
             Some(words) => {
                 let (expires_us, counts) = words.split_first().ok_or_else(malformed)?;
-                let latest =
-                    (as_u64(*expires_us) / exact.sub_window.max(1)).saturating_sub(COUNTED as u64);
-                Some(buckets(word_to_i64(latest), counts)?)
+                let counts: [i64; COUNTED] = counts.try_into().map_err(|_| malformed())?;
+                Some(Buckets {
+                    latest_start: exact.latest_start_of(as_u64(*expires_us)),
+                    counts: counts.map(as_u64),
+                })
             }
             None => None,
         };
@@ -1024,11 +1031,12 @@ fn malformed() -> sqlx::Error {
     sqlx::Error::Protocol("a sliding-window row without nine counts".to_owned())
 }
 
-/// Counts as the function returned them: eighth `latest` and nine counts.
-fn buckets(latest: i64, counts: &[i64]) -> Result<Buckets, sqlx::Error> {
+/// Counts as the function returned them: the number of the eighth they end
+/// with, and nine counts.
+fn buckets(exact: &SlidingMicros, latest: i64, counts: &[i64]) -> Result<Buckets, sqlx::Error> {
     let counts: [i64; COUNTED] = counts.try_into().map_err(|_| malformed())?;
     Ok(Buckets {
-        latest: as_u64(latest),
+        latest_start: exact.start_of(as_u64(latest)),
         counts: counts.map(as_u64),
     })
 }

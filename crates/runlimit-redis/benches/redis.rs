@@ -3,7 +3,8 @@
 //!
 //! Run with `cargo bench -p runlimit-redis --bench redis` (reads
 //! `RUNLIMIT_REDIS_TEST_URL`; `BENCH_SECONDS` sets seconds per cell). Results are
-//! recorded in BENCHMARKS.md.
+//! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
+//! sliding-window checks at 32 tasks over rounds and reports the median ratio.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 use std::{
@@ -14,7 +15,7 @@ use std::{
 use redis::aio::ConnectionManager;
 use runlimit_core::{
     Check, FixedWindowPolicy, Lifecycle, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
-    SubjectKey,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -31,6 +32,8 @@ enum Workload {
     /// An admission with a receipt, then its refund: what a request that does
     /// not count costs (counting only failed logins, say).
     CheckAndRefund,
+    /// A sliding-window check of the same limit and window.
+    SlidingCheck,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -58,8 +61,19 @@ type Shared = Arc<
     Vec<(
         ConnectionManager,
         RedisLimiter<ConnectionManager, FixedWindowPolicy>,
+        RedisLimiter<ConnectionManager, SlidingWindowPolicy>,
     )>,
 >;
+
+fn sliding_policy() -> SlidingWindowPolicy {
+    SlidingWindowPolicy::new(
+        PolicyId::new("bench").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        MAX_LIMIT,
+        MAX_WINDOW,
+    )
+    .expect("valid")
+}
 
 async fn run(
     workload: Workload,
@@ -73,7 +87,8 @@ async fn run(
         .map(|task| {
             let (shared, policies) = (Arc::clone(shared), Arc::clone(policies));
             tokio::spawn(async move {
-                let (connection, limiter) = &shared[task % shared.len()];
+                let (connection, limiter, sliding) = &shared[task % shared.len()];
+                let sliding_policy = sliding_policy();
                 let mut connection = connection.clone();
                 let mut latencies = Vec::new();
                 let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
@@ -114,6 +129,13 @@ async fn run(
                                 .await
                                 .expect("refund");
                             assert_eq!(refunded.credited(), 1);
+                        }
+                        Workload::SlidingCheck => {
+                            let decision = sliding
+                                .check(&Check::new(&sliding_policy, key))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
                         }
                         Workload::BatchOfTwo => {
                             let checks =
@@ -167,6 +189,7 @@ async fn main() {
         let connection = ConnectionManager::new(client).await.expect("connect");
         shared.push((
             connection.clone(),
+            RedisLimiter::new(connection.clone(), config.clone()),
             RedisLimiter::new(connection, config.clone()),
         ));
     }
@@ -182,6 +205,45 @@ async fn main() {
     };
     let policies = Arc::new([policy("client"), policy("identity")]);
     run(Workload::BatchOfTwo, 32, 1.0, &shared, &policies).await;
+    run(Workload::SlidingCheck, 32, 1.0, &shared, &policies).await;
+    if std::env::args().any(|arg| arg == "sliding") {
+        let mut ratios = Vec::new();
+        for round in 1..=5 {
+            let (fixed, ..) = run(Workload::Check, 32, seconds, &shared, &policies).await;
+            let (sliding, ..) = run(Workload::SlidingCheck, 32, seconds, &shared, &policies).await;
+            ratios.push(sliding / fixed);
+            println!(
+                "round {round}: fixed window {fixed:.0} checks/s, sliding window {sliding:.0} \
+                 checks/s, {:.0}%",
+                100.0 * sliding / fixed
+            );
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "median over 5 rounds at 32 tasks: sliding / fixed window {:.0}%",
+            100.0 * ratios[2]
+        );
+    } else {
+        table(seconds, &shared, &policies).await;
+    }
+    // Leave nothing behind: the benchmark's keys would otherwise live a year.
+    let (connection, ..) = &shared[0];
+    let mut connection = connection.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", config.prefix()))
+        .query_async(&mut connection)
+        .await
+        .expect("keys");
+    for chunk in keys.chunks(500) {
+        redis::cmd("DEL")
+            .arg(chunk)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("del");
+    }
+}
+
+async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 2]>) {
     println!("| tasks | workload | ops/s | p50 | p99 | vs PING floor |");
     println!("|---|---|---|---|---|---|");
     for tasks in [1usize, 8, 32] {
@@ -192,8 +254,9 @@ async fn main() {
             Workload::Check,
             Workload::CheckAndRefund,
             Workload::BatchOfTwo,
+            Workload::SlidingCheck,
         ] {
-            let (rate, p50, p99) = run(workload, tasks, seconds, &shared, &policies).await;
+            let (rate, p50, p99) = run(workload, tasks, seconds, shared, policies).await;
             if matches!(workload, Workload::Ping) {
                 floor = rate;
             }
@@ -208,20 +271,5 @@ async fn main() {
                 p99.as_secs_f64() * 1e3
             );
         }
-    }
-    // Leave nothing behind: the benchmark's keys would otherwise live a year.
-    let (connection, _) = &shared[0];
-    let mut connection = connection.clone();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", config.prefix()))
-        .query_async(&mut connection)
-        .await
-        .expect("keys");
-    for chunk in keys.chunks(500) {
-        redis::cmd("DEL")
-            .arg(chunk)
-            .query_async::<()>(&mut connection)
-            .await
-            .expect("del");
     }
 }

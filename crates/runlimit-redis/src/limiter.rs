@@ -728,19 +728,18 @@ impl RedisPolicy for GcraPolicy {
 }
 
 /// Sliding-window state as the scripts store it: the expiry (microseconds),
-/// the version and nine counts.
+/// the version and up to nine counts (trailing zeros left out).
 fn parse_sliding(state: &str) -> Option<(u64, i64, [u64; COUNTED])> {
     let mut fields = state.split(':').map(str::parse::<i64>);
     let expires = as_u64(fields.next()?.ok()?);
     let version = fields.next()?.ok()?;
     let mut counts = [0; COUNTED];
-    for count in &mut counts {
-        *count = as_u64(fields.next()?.ok()?);
+    let mut sent = 0;
+    for field in fields {
+        *counts.get_mut(sent)? = as_u64(field.ok()?);
+        sent += 1;
     }
-    fields
-        .next()
-        .is_none()
-        .then_some((expires, version, counts))
+    (sent > 0).then_some((expires, version, counts))
 }
 
 impl RedisPolicy for SlidingWindowPolicy {
@@ -764,37 +763,39 @@ impl RedisPolicy for SlidingWindowPolicy {
     /// counts it judged, through the arithmetic the memory store shares. The
     /// two must agree on the outcome, or the reply is refused.
     fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>> {
-        let now = as_u64(*reply.last()?);
-        if reply.len() != checks.len() * 12 + 1 {
-            return None;
-        }
-        checks
+        let (&now, mut rest) = reply.split_last()?;
+        let now = as_u64(now);
+        let decided = checks
             .iter()
-            .zip(reply.chunks_exact(12))
-            .map(|(check, values)| {
+            .map(|check| {
+                // outcome, eighth, version, k, then the first k counts.
+                let (head, tail) = rest.split_at_checked(4)?;
+                let sent = usize::try_from(head[3]).ok().filter(|&k| k <= COUNTED)?;
+                let (sent_counts, tail) = tail.split_at_checked(sent)?;
+                rest = tail;
                 let mut counts = [0; COUNTED];
-                for (count, value) in counts.iter_mut().zip(&values[3..]) {
+                for (count, value) in counts.iter_mut().zip(sent_counts) {
                     *count = as_u64(*value);
                 }
+                let exact = SlidingMicros::new(check.policy());
                 let judged = Buckets {
-                    latest: as_u64(values[1]),
+                    latest_start: exact.start_of(as_u64(head[1])),
                     counts,
                 };
-                let exact = SlidingMicros::new(check.policy());
-                let decision = match (values[0], exact.admit(Some(judged), check.cost(), now)) {
+                let decision = match (head[0], exact.admit(Some(judged), check.cost(), now)) {
                     (0, SlidingOutcome::Allowed { decision, .. }) => decision,
                     (1, SlidingOutcome::Denied(denial)) => {
                         Decision::for_mode(check.policy().quota_mode(), denial)
                     }
                     _ => return None,
                 };
-                // The eighth the admission counted in, and the counter's version.
-                Some((
-                    decision,
-                    Stamp::new([judged.latest, i64_to_word(values[2]), 0]),
-                ))
+                // The number of the eighth the admission counted in, and the
+                // counter's version.
+                let stamp = Stamp::new([as_u64(head[1]), i64_to_word(head[2]), 0]);
+                Some((decision, stamp))
             })
-            .collect()
+            .collect::<Option<Vec<_>>>()?;
+        rest.is_empty().then_some(decided)
     }
 
     fn refund_script() -> &'static Lua {
@@ -822,7 +823,7 @@ impl RedisPolicy for SlidingWindowPolicy {
         let stored = state
             .and_then(parse_sliding)
             .map(|(expires, _, counts)| Buckets {
-                latest: (expires / exact.sub_window.max(1)).saturating_sub(COUNTED as u64),
+                latest_start: exact.latest_start_of(expires),
                 counts,
             });
         exact.peek_decision(check.policy(), stored, check.cost(), as_u64(now_us))

@@ -1,4 +1,5 @@
--- Refunds of sliding-window admissions, one atomic script for a receipt.
+-- Refunds of sliding-window admissions, one atomic script for a receipt
+-- (state as sliding_window.lua stores it).
 -- KEYS[i]: the counter keys. ARGV for each key: sub_window_us, cost,
 -- admitted_in (the eighth the admission was counted in), version.
 -- Replies: for each key 1 if credited, else 0.
@@ -14,16 +15,27 @@ for i = 1, #KEYS do
     local admitted_in, version = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
     local credited = 0
     local state = redis.call('GET', KEYS[i])
-    if state and fields(state, stored) == 11 and stored[1] and stored[2] == version
+    local fieldcount = state and fields(state, stored) or 0
+    for j = 1, fieldcount do
+        if not stored[j] then
+            -- Unreadable state: nothing to credit.
+            fieldcount = 0
+        end
+    end
+    if fieldcount >= 3 and fieldcount <= 11 and stored[1] and stored[2] == version
         and (admitted_in + 9) * g > now then
         -- stored[1] is a multiple of g, so the division is exact.
         local slot = stored[1] / g - 9 - admitted_in
-        local count = stored[3 + slot]
-        if slot >= 0 and slot < 9 and count and count > 0 then
+        local count = slot >= 0 and slot + 3 <= fieldcount and stored[3 + slot]
+        if count and count > 0 then
             stored[3 + slot] = count > cost and count - cost or 0
-            keep(KEYS[i], format('%d:%d:%d:%d:%d:%d:%d:%d:%d:%d:%d', stored[1], stored[2],
-                stored[3], stored[4], stored[5], stored[6], stored[7], stored[8], stored[9],
-                stored[10], stored[11]), stored[1])
+            -- Trailing zero counts are left out, as admissions store them.
+            local last = fieldcount
+            while last > 3 and stored[last] == 0 do
+                last = last - 1
+            end
+            keep(KEYS[i], format('%d:%d:', stored[1], stored[2]) .. table.concat(stored, ':', 3, last),
+                stored[1])
             credited = 1
         end
     end

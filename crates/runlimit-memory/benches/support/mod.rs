@@ -4,7 +4,9 @@
 use std::{num::NonZeroU32, time::Duration};
 
 use governor::Quota;
-use runlimit_core::{FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId, SubjectKey};
+use runlimit_core::{
+    FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId, SlidingWindowPolicy, SubjectKey,
+};
 
 /// Distinct keys in the random-key benchmarks.
 pub(crate) const RANDOM_KEYS: usize = 100_000;
@@ -28,6 +30,18 @@ pub(crate) fn subject(n: u64) -> SubjectKey {
 /// A year-long window of the largest limit: every check is allowed.
 pub(crate) fn fixed_policy(scope: &str) -> FixedWindowPolicy {
     FixedWindowPolicy::new(
+        PolicyId::new("bench").expect("valid"),
+        ScopeId::new(scope).expect("valid"),
+        MAX_LIMIT,
+        Duration::from_secs(366 * 24 * 3_600),
+    )
+    .expect("valid")
+}
+
+/// [`fixed_policy`]'s limit and window as a sliding window.
+#[allow(dead_code)]
+pub(crate) fn sliding_policy(scope: &str) -> SlidingWindowPolicy {
+    SlidingWindowPolicy::new(
         PolicyId::new("bench").expect("valid"),
         ScopeId::new(scope).expect("valid"),
         MAX_LIMIT,
