@@ -5,6 +5,7 @@ use std::fmt;
 use crate::{
     key::{CounterKey, SubjectKey},
     policy::Policy,
+    tier::TieredPolicy,
 };
 
 /// Why a weighted [`Check`] could not be created.
@@ -132,5 +133,44 @@ impl<P: Policy + ?Sized> fmt::Debug for Check<'_, P> {
             .field("subject", &self.subject)
             .field("cost", &self.cost)
             .finish()
+    }
+}
+
+/// A check of a [`TieredPolicy`], as the check of the tier it belongs to.
+#[derive(Debug)]
+pub enum TierCheck<'a, G: Policy, S: Policy> {
+    /// A check for the local gate.
+    Gate(Check<'a, G>),
+    /// A check for the shared backend.
+    Shared(Check<'a, S>),
+}
+
+impl<G: Policy, S: Policy> Clone for TierCheck<'_, G, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<G: Policy, S: Policy> Copy for TierCheck<'_, G, S> {}
+
+impl<'a, G: Policy, S: Policy> Check<'a, TieredPolicy<G, S>> {
+    /// The same check (subject, cost and counter) for the policy of its tier.
+    #[inline]
+    #[must_use]
+    pub fn tier(&self) -> TierCheck<'a, G, S> {
+        // The tiered policy's capacity is its inner policy's, so the cost
+        // stays valid.
+        match self.policy {
+            TieredPolicy::Gate(policy) => TierCheck::Gate(Check {
+                policy,
+                subject: self.subject,
+                cost: self.cost,
+            }),
+            TieredPolicy::Shared(policy) => TierCheck::Shared(Check {
+                policy,
+                subject: self.subject,
+                cost: self.cost,
+            }),
+        }
     }
 }

@@ -55,10 +55,11 @@ mod limiter;
 mod observation;
 pub mod policy;
 pub mod sliding;
+mod tier;
 
 pub use backend::{Backend, Storage};
 pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
-pub use check::{Check, CostError};
+pub use check::{Check, CostError, TierCheck};
 pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};
 pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{
@@ -74,3 +75,4 @@ pub use policy::{
     Algorithm, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, MAX_WINDOW, Policy, PolicyError,
     PolicyField, PolicyFingerprint, QuotaMode, SlidingWindowPolicy,
 };
+pub use tier::{MayHaveConsumed, TieredPolicy};

@@ -136,7 +136,12 @@ impl fmt::Debug for Admitted {
 pub struct Receipt {
     issuer: &'static str,
     admitted: SmallVec<[Admitted; 2]>,
+    /// The receipts of each tier, for a tiered limiter's receipt.
+    tiers: Option<Box<Tiers>>,
 }
+
+/// A tiered receipt's parts: the gate's and the shared backend's.
+type Tiers = (Option<Receipt>, Option<Receipt>);
 
 impl Receipt {
     /// A receipt for `admitted` (in check order), issued by the backend named
@@ -146,6 +151,27 @@ impl Receipt {
         Self {
             issuer,
             admitted: admitted.into_iter().collect(),
+            tiers: None,
+        }
+    }
+
+    pub(crate) fn with_tiers(
+        issuer: &'static str,
+        admitted: impl IntoIterator<Item = Admitted>,
+        tiers: Box<Tiers>,
+    ) -> Self {
+        Self {
+            issuer,
+            admitted: admitted.into_iter().collect(),
+            tiers: Some(tiers),
+        }
+    }
+
+    /// The parts of a tiered receipt, or the receipt itself.
+    pub(crate) fn take_tiers(self) -> Result<Tiers, Self> {
+        match self.tiers {
+            Some(tiers) => Ok(*tiers),
+            None => Err(self),
         }
     }
 
@@ -155,7 +181,8 @@ impl Receipt {
         self.issuer
     }
 
-    /// The admitted checks, in check order.
+    /// The admitted checks, in check order (for a tiered receipt, the
+    /// gate's then the shared backend's).
     #[must_use]
     pub fn admitted(&self) -> &[Admitted] {
         &self.admitted

@@ -426,6 +426,7 @@ pub struct AdmissionObservation<'a> {
     outcome: AdmissionOutcome,
     consumption: Consumption,
     elapsed: Duration,
+    cached: bool,
 }
 
 impl<'a> AdmissionObservation<'a> {
@@ -448,7 +449,24 @@ impl<'a> AdmissionObservation<'a> {
             outcome,
             consumption,
             elapsed,
+            cached: false,
         }
+    }
+
+    /// The same observation, decided by a denial cache from a denial the
+    /// backend gave earlier, without asking the backend.
+    #[must_use]
+    pub fn from_cache(self) -> Self {
+        Self {
+            cached: true,
+            ..self
+        }
+    }
+
+    /// Whether a denial cache decided it without asking the backend.
+    #[must_use]
+    pub fn cached(&self) -> bool {
+        self.cached
     }
 
     /// Single check or batch.

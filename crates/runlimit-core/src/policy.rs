@@ -245,7 +245,7 @@ impl fmt::Debug for PolicyFingerprint {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 

@@ -429,6 +429,16 @@ impl Advertise for SlidingWindowPolicy {
     }
 }
 
+/// A tiered limiter's policy is advertised as the policy of its tier.
+impl<G: Advertise, S: Advertise> Advertise for runlimit_core::TieredPolicy<G, S> {
+    fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
+        match self {
+            Self::Gate(policy) => policy.quota_policy(name),
+            Self::Shared(policy) => policy.quota_policy(name),
+        }
+    }
+}
+
 impl Advertise for GcraPolicy {
     fn quota_policy(&self, name: PolicyName) -> Result<QuotaPolicy, FieldError> {
         QuotaPolicy::for_gcra(name, self)

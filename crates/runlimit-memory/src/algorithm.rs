@@ -168,11 +168,11 @@ use std::sync::atomic::AtomicU64;
 const LOW_BITS: u32 = 30;
 const LOW_MASK: u64 = (1 << LOW_BITS) - 1;
 
-fn pack_low(low: u64, version: u32) -> u64 {
+pub(crate) fn pack_low(low: u64, version: u32) -> u64 {
     (low & LOW_MASK) | (u64::from(version) << LOW_BITS)
 }
 
-fn unpack_low(word: u64) -> (u64, u32) {
+pub(crate) fn unpack_low(word: u64) -> (u64, u32) {
     // Masked to 32 bits, so the conversion cannot fail.
     let version = u32::try_from((word >> LOW_BITS) & u64::from(u32::MAX)).unwrap_or(0);
     (word & LOW_MASK, version)

@@ -40,3 +40,11 @@ pub enum MemoryStoreError {
     #[error("invalid refund: {0}")]
     InvalidRefund(#[from] RefundError),
 }
+
+/// Every memory-store error is definite: it is returned before anything is
+/// consumed.
+impl runlimit_core::MayHaveConsumed for MemoryStoreError {
+    fn may_have_consumed_quota(&self) -> bool {
+        false
+    }
+}

@@ -120,11 +120,13 @@
 mod algorithm;
 mod clock;
 mod config;
+mod denial_cache;
 mod error;
 mod shard;
 mod stats;
 mod store;
 mod table;
+mod tiered;
 
 pub use algorithm::{
     Algorithm, FixedWindow, Gcra, GcraState, SlidingState, SlidingWindow, WindowState,
@@ -134,9 +136,11 @@ pub use config::{
     ConfigError, DEFAULT_CLEANUP_PER_CHECK, MAX_BATCH_SIZE, MAX_CLEANUP_PER_CHECK, MAX_KEYS,
     MAX_SHARDS, MemoryStoreConfig,
 };
+pub use denial_cache::{Cached, DenialCache, DenialCacheStats};
 pub use error::MemoryStoreError;
 pub use stats::{MemoryStoreStats, ShardStats};
 pub use store::Store;
+pub use tiered::{Tiered, TieredError};
 
 /// A hard-bounded, sharded, process-local store of anchored fixed windows.
 ///

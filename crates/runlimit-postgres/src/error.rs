@@ -111,3 +111,9 @@ pub(crate) fn classify_maintenance(error: sqlx::Error) -> MaintenanceError {
         other => MaintenanceError::Connection(other),
     }
 }
+
+impl runlimit_core::MayHaveConsumed for CheckError {
+    fn may_have_consumed_quota(&self) -> bool {
+        Self::may_have_consumed_quota(self)
+    }
+}

@@ -69,3 +69,9 @@ pub(crate) fn classify(error: redis::RedisError) -> CheckError {
         CheckError::Refused(error)
     }
 }
+
+impl runlimit_core::MayHaveConsumed for CheckError {
+    fn may_have_consumed_quota(&self) -> bool {
+        Self::may_have_consumed_quota(self)
+    }
+}
