@@ -3,7 +3,7 @@
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
-use runlimit_core::{Backend, Lifecycle, Limiter, Policy, Storage};
+use runlimit_core::{Backend, Lifecycle, Limiter, Policy};
 use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy, policy_field};
 use tower_layer::Layer;
 
@@ -607,7 +607,8 @@ where
 {
     /// Requires every check's quota to be shared across replicas: fails, when
     /// the layer is built, if the backend keeps a fixed check's policy in
-    /// process memory (Suprnova refuses an in-memory limiter in production for
+    /// process memory (a tiered limiter's local gate, deliberately
+    /// per-process in front of a shared quota, passes) (Suprnova refuses an in-memory limiter in production for
     /// the same reason: behind N replicas a limit of 5 is really 5 × N, and
     /// every deploy resets it, and nothing says so). Policies selected per
     /// request are checked per request and refused (as a backend failure)
@@ -625,7 +626,7 @@ where
         }
         for rule in &self.config.rules {
             if let PolicySource::Fixed { policy, meta } = &rule.source
-                && !self.config.limiter.storage(policy).is_shared()
+                && !self.config.limiter.storage(policy).serves_a_fleet()
             {
                 return Err(ProcessLocalStorage {
                     policy: meta.name.as_str().to_owned(),
@@ -633,7 +634,7 @@ where
             }
         }
         self.config_mut().shared_check = Some(Arc::new(|limiter: &L, policy: &L::Policy| {
-            limiter.storage(policy) == Storage::Shared
+            limiter.storage(policy).serves_a_fleet()
         }));
         Ok(self)
     }

@@ -25,9 +25,9 @@ use runlimit_axum::{
 };
 use runlimit_core::{
     Backend, BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, PolicyId,
-    QuotaMode, ScopeId, SlidingWindowPolicy, Storage, SubjectKey,
+    QuotaMode, ScopeId, SlidingWindowPolicy, Storage, SubjectKey, TieredPolicy,
 };
-use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
+use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore, Tiered};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 mod common;
@@ -745,4 +745,68 @@ async fn sliding_window_policies_are_advertised_and_enforced() {
     let released = service.oneshot(request("net-s", "sam")).await.expect("ok");
     assert_eq!(released.status(), StatusCode::OK);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_tiered_limiter_plugs_in_and_passes_the_shared_guard() {
+    type Tiers = TieredPolicy<FixedWindowPolicy, FixedWindowPolicy>;
+    let hasher = hasher();
+    let gate = MemoryStore::new(MemoryStoreConfig::new(100).expect("valid"));
+    let shared = SharedFake(MemoryStore::new(
+        MemoryStoreConfig::new(100).expect("valid"),
+    ));
+    let limiter = Arc::new(Tiered::new(gate, shared));
+    let keyed = |hasher: Arc<KeyHasher>, client: bool| {
+        move |parts: &Parts, policy: &Tiers| {
+            let subject = if client {
+                parts.extensions.get::<common::Client>().map(|c| c.0)
+            } else {
+                parts.extensions.get::<common::Identity>().map(|i| i.0)
+            };
+            let subject = subject.ok_or(MissingMetadata::new("subject"))?;
+            Ok(hasher.hash_for(policy, subject.as_bytes()))
+        }
+    };
+    // The seed's topology: client checks on the gate, identity checks on the
+    // shared store, in one layer that requires shared quotas.
+    let layer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(
+            TieredPolicy::Gate(policy("client", 10)),
+            keyed(Arc::clone(&hasher), true),
+        )
+        .check(
+            TieredPolicy::Shared(policy("identity", 1)),
+            keyed(Arc::clone(&hasher), false),
+        )
+        .require_shared()
+        .expect("a local gate in front of a shared quota passes");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::default()));
+    let first = service
+        .clone()
+        .oneshot(request("net-t", "tess"))
+        .await
+        .expect("ok");
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        values(first.headers(), "ratelimit-policy"),
+        [r#""auth.login/client";q=10;w=60, "auth.login/identity";q=1;w=60"#]
+    );
+    let denied = service.oneshot(request("net-t", "tess")).await.expect("ok");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // The shared denial refunded the gate: one request counted there.
+    let client = policy("client", 10);
+    let left = limiter
+        .gate()
+        .peek(&Check::new(
+            &client,
+            hasher.hash_for(
+                &TieredPolicy::<_, FixedWindowPolicy>::Gate(client.clone()),
+                b"net-t",
+            ),
+        ))
+        .expect("peek")
+        .remaining();
+    assert_eq!(left, Some(9));
 }

@@ -12,6 +12,11 @@ pub enum Storage {
     /// In a store every replica shares (PostgreSQL, Redis): one quota for the
     /// fleet.
     Shared,
+    /// In this process's memory by design: the local gate of a tiered limiter,
+    /// a coarse per-replica first line in front of a shared quota that every
+    /// request it admits is also checked against. Code that requires shared
+    /// quotas accepts it.
+    LocalGate,
 }
 
 impl Storage {
@@ -21,12 +26,20 @@ impl Storage {
         matches!(self, Self::Shared)
     }
 
+    /// Whether a fleet that requires shared quotas may use it: shared, or a
+    /// deliberate local gate in front of a shared quota.
+    #[must_use]
+    pub const fn serves_a_fleet(self) -> bool {
+        matches!(self, Self::Shared | Self::LocalGate)
+    }
+
     /// A stable lowercase name, suitable for logs and metric labels.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::ProcessLocal => "process_local",
             Self::Shared => "shared",
+            Self::LocalGate => "local_gate",
         }
     }
 }

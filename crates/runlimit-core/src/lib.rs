@@ -53,6 +53,7 @@ pub mod key;
 mod lifecycle;
 mod limiter;
 mod observation;
+pub mod observers;
 pub mod policy;
 pub mod sliding;
 mod tier;

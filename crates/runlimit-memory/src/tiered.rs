@@ -293,12 +293,16 @@ impl<G: Lifecycle, S: Limiter> Limiter for Tiered<G, S> {
     }
 }
 
-/// Gate policies are where the gate keeps them, shared ones where the
-/// shared backend does.
+/// Shared policies are where the shared backend keeps them; gate policies
+/// kept in process memory are a [`Storage::LocalGate`], which a layer that
+/// requires shared quotas accepts.
 impl<G: Lifecycle + Backend, S: Backend> Backend for Tiered<G, S> {
     fn storage(&self, policy: &Self::Policy) -> Storage {
         match policy {
-            TieredPolicy::Gate(policy) => self.gate.storage(policy),
+            TieredPolicy::Gate(policy) => match self.gate.storage(policy) {
+                Storage::ProcessLocal => Storage::LocalGate,
+                other => other,
+            },
             TieredPolicy::Shared(policy) => self.shared.storage(policy),
         }
     }
