@@ -4,7 +4,15 @@
 //! ```text
 //! cargo run -p runlimit-demo                      # one replica, memory backend
 //! cargo run -p runlimit-demo -- --replicas 3      # three routers sharing one backend
+//! cargo run -p runlimit-demo -- --replicas 3 --database-url postgres://postgres@127.0.0.1/test
+//! cargo run -p runlimit-demo -- --metrics 127.0.0.1:9100   # Prometheus metrics while it runs
 //! ```
+//!
+//! With a shared backend (`--database-url` or `--redis-url`) each replica runs
+//! the production topology: a memory gate per replica for the client limit,
+//! in front of the shared identity limit behind a denial cache, as one
+//! admission (`runlimit_memory::Tiered`); the summary reports the round trips
+//! the gate and the cache saved.
 //!
 //! The load generator plays the role of a trusted reverse proxy: it connects
 //! from loopback and names the attacking network in `X-Forwarded-For`. The
@@ -31,11 +39,14 @@ use axum::{
 use http::{StatusCode, request::Parts};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_core::{
-    FixedWindowPolicy, KeyHasher, Lifecycle, Limiter, PolicyId, ScopeId, SubjectKey,
+    AdmissionObservation, Backend, FixedWindowPolicy, KeyHasher, Lifecycle, Limiter, Observer,
+    PolicyId, ScopeId, SubjectKey, TieredPolicy, observers::MetricsObserver,
 };
-use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+use runlimit_http::draft_11::Advertise;
+use runlimit_memory::{DenialCache, MemoryStore, MemoryStoreConfig, Tiered};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -54,6 +65,7 @@ struct Options {
     replicas: usize,
     database_url: Option<String>,
     redis_url: Option<String>,
+    metrics: Option<SocketAddr>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -61,6 +73,7 @@ fn parse_options() -> Result<Options, String> {
         replicas: 1,
         database_url: None,
         redis_url: None,
+        metrics: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -76,12 +89,20 @@ fn parse_options() -> Result<Options, String> {
                 options.database_url =
                     Some(args.next().ok_or("--database-url needs a PostgreSQL URL")?);
             }
+            "--metrics" => {
+                options.metrics = Some(
+                    args.next()
+                        .and_then(|address| address.parse().ok())
+                        .ok_or("--metrics needs an address such as 127.0.0.1:9100")?,
+                );
+            }
             "--redis-url" => {
                 options.redis_url = Some(args.next().ok_or("--redis-url needs a Redis URL")?);
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: runlimit-demo [--replicas N] [--database-url postgres://...]"
+                    "usage: runlimit-demo [--replicas N] [--database-url postgres://... | \
+                     --redis-url redis://...] [--metrics ADDRESS]"
                         .to_owned(),
                 );
             }
@@ -124,25 +145,35 @@ async fn resolve_client(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn router<L>(limiter: Arc<L>, hasher: Arc<KeyHasher>) -> Result<Router, Box<dyn Error>>
-where
-    L: Limiter<Policy = FixedWindowPolicy> + Lifecycle + 'static,
-{
-    let client_policy = FixedWindowPolicy::new(
+/// The demo's two limits: per client network, and per account.
+fn policies() -> Result<(FixedWindowPolicy, FixedWindowPolicy), Box<dyn Error>> {
+    let client = FixedWindowPolicy::new(
         PolicyId::new("auth.login")?,
         ScopeId::new("client")?,
         40,
         Duration::from_secs(60),
     )?;
-    let identity_policy = FixedWindowPolicy::new(
+    let identity = FixedWindowPolicy::new(
         PolicyId::new("auth.login")?,
         ScopeId::new("identity")?,
         8,
         Duration::from_secs(60),
     )?;
+    Ok((client, identity))
+}
+
+fn router<L>(
+    limiter: Arc<L>,
+    hasher: Arc<KeyHasher>,
+    (client_policy, identity_policy): (L::Policy, L::Policy),
+) -> Router
+where
+    L: Limiter + Lifecycle + 'static,
+    L::Policy: Advertise + 'static,
+{
     let client_hasher = Arc::clone(&hasher);
     let client_key =
-        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+        move |parts: &Parts, policy: &L::Policy| -> Result<SubjectKey, MissingMetadata> {
             let ClientAddress(address) = parts
                 .extensions
                 .get::<ClientAddress>()
@@ -161,7 +192,7 @@ where
             Ok(client_hasher.hash_for(policy, subject.as_bytes()))
         };
     let identity_key =
-        move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
+        move |parts: &Parts, policy: &L::Policy| -> Result<SubjectKey, MissingMetadata> {
             let LoginAccount(account) = parts
                 .extensions
                 .get::<LoginAccount>()
@@ -176,10 +207,10 @@ where
         // A caller must not learn how many attempts remain on an account.
         .withhold_fields()
         .count_when(|status, _| !status.is_success());
-    Ok(Router::new()
+    Router::new()
         .route("/login", post(login))
         .layer(limits)
-        .layer(middleware::from_fn(resolve_client)))
+        .layer(middleware::from_fn(resolve_client))
 }
 
 /// The one account whose password the demo knows.
@@ -206,6 +237,7 @@ async fn login(request: Request) -> (StatusCode, &'static str) {
 }
 
 struct Tally {
+    addresses: Vec<SocketAddr>,
     requests: usize,
     denied_by: BTreeMap<String, usize>,
     by_status: BTreeMap<u16, usize>,
@@ -223,6 +255,7 @@ async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
         "2001:db8:7:1::5",
     ];
     let mut tally = Tally {
+        addresses: Vec::new(),
         requests: 0,
         denied_by: BTreeMap::new(),
         by_status: BTreeMap::new(),
@@ -295,11 +328,47 @@ async fn drive(addresses: &[SocketAddr]) -> Result<Tally, Box<dyn Error>> {
     Ok(tally)
 }
 
+/// Counts the operations that reach the shared backend.
+#[derive(Debug, Clone, Default)]
+struct RoundTrips(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Observer for RoundTrips {
+    fn on_admission(&self, _: &AdmissionObservation<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl RoundTrips {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Serves Prometheus metrics at `address` while the demo runs, when asked.
+fn install_metrics(
+    address: Option<SocketAddr>,
+) -> Result<Option<PrometheusHandle>, Box<dyn Error>> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    let (recorder, exporter) = PrometheusBuilder::new()
+        .with_http_listener(address)
+        .build()?;
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)?;
+    tokio::spawn(exporter);
+    println!("metrics: serving Prometheus text at http://{address}/metrics while the demo runs");
+    Ok(Some(handle))
+}
+
 async fn run(options: Options) -> Result<(), Box<dyn Error>> {
     // A real deployment loads this from secret storage; every replica shares it.
     let hasher = Arc::new(KeyHasher::new(
         b"demo secret: use 32+ random bytes from a vault",
     )?);
+    let metrics = install_metrics(options.metrics)?;
+    let trips = RoundTrips::default();
+    let observer = (MetricsObserver::new(), trips.clone());
     if let Some(url) = &options.redis_url {
         // Keys of this run only: a fresh prefix, expiring by themselves.
         let nanos = std::time::SystemTime::now()
@@ -308,16 +377,28 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
         let config = RedisConfig::default().with_prefix(format!("runlimit-demo:{nanos}:"))?;
         // A connection built for admission: bounded reconnection delays, and
         // checks refused without being sent while Redis is unreachable.
-        let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(url, config).await?;
-        return serve_and_drive(&options, "Redis", Arc::new(limiter), hasher).await;
+        let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(url, config)
+            .await?
+            .with_observer(observer);
+        return serve_tiered(&options, "Redis", limiter, hasher, &trips, metrics).await;
     }
     match &options.database_url {
         None => {
             // One backend shared by every replica, as PostgreSQL would be.
-            let limiter = Arc::new(MemoryStore::new(
-                MemoryStoreConfig::new(50_000)?.with_shard_count(16)?,
-            ));
-            serve_and_drive(&options, "memory", limiter, hasher).await
+            let limiter = Arc::new(
+                MemoryStore::new(MemoryStoreConfig::new(50_000)?.with_shard_count(16)?)
+                    .with_observer(observer),
+            );
+            let mut replicas = Vec::new();
+            for _ in 0..options.replicas {
+                replicas.push(router(
+                    Arc::clone(&limiter),
+                    Arc::clone(&hasher),
+                    policies()?,
+                ));
+            }
+            let tally = serve_and_drive(replicas).await?;
+            report(&options, "memory", &tally, None, metrics.as_ref())
         }
         Some(url) => {
             // The demo keeps its tables in a schema of its own and starts it
@@ -344,28 +425,90 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
             let limiter = PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(
                 pool,
                 PostgresConfig::default(),
-            );
+            )
+            .with_observer(observer);
             limiter.migrate().await?;
-            serve_and_drive(&options, "PostgreSQL", Arc::new(limiter), hasher).await
+            serve_tiered(&options, "PostgreSQL", limiter, hasher, &trips, metrics).await
         }
     }
 }
 
-async fn serve_and_drive<L>(
+/// What the gate and the denial cache saved the shared backend.
+struct Saved {
+    /// Operations that reached the shared backend.
+    round_trips: usize,
+    /// Checks the replicas' denial caches answered.
+    cached: u64,
+    /// Requests the replicas' gates turned away.
+    gated: usize,
+}
+
+/// Every replica runs the production topology against the shared backend:
+/// its own memory gate for the client limit, in front of the shared identity
+/// limit behind its own denial cache, as one admission.
+async fn serve_tiered<S>(
     options: &Options,
     backend: &str,
-    limiter: Arc<L>,
+    shared: S,
     hasher: Arc<KeyHasher>,
+    trips: &RoundTrips,
+    metrics: Option<PrometheusHandle>,
 ) -> Result<(), Box<dyn Error>>
 where
-    L: Limiter<Policy = FixedWindowPolicy> + Lifecycle + 'static,
+    S: Lifecycle<Policy = FixedWindowPolicy> + Backend + Clone + 'static,
 {
+    let (client, identity) = policies()?;
+    // Distinct policy ids for the two tiers, as the topology asks. Each
+    // replica's gate admits its share of the client limit, so the fleet
+    // admits about the same per network as one shared client limit would.
+    let client = FixedWindowPolicy::new(
+        PolicyId::new("auth.login.local")?,
+        client.scope().clone(),
+        client.limit().div_ceil(options.replicas as u64),
+        client.window(),
+    )?;
+    let mut replicas = Vec::new();
+    let mut caches = Vec::new();
+    for _ in 0..options.replicas {
+        let cache = Arc::new(DenialCache::new(MemoryStoreConfig::new(10_000)?));
+        let gate =
+            MemoryStore::new(MemoryStoreConfig::new(10_000)?).with_observer(MetricsObserver::new());
+        let limiter = Arc::new(Tiered::new(
+            gate,
+            cache
+                .in_front_of(shared.clone())
+                .with_observer(MetricsObserver::new()),
+        ));
+        replicas.push(router(
+            limiter,
+            Arc::clone(&hasher),
+            (
+                TieredPolicy::Gate(client.clone()),
+                TieredPolicy::Shared(identity.clone()),
+            ),
+        ));
+        caches.push(cache);
+    }
+    let tally = serve_and_drive(replicas).await?;
+    let saved = Saved {
+        round_trips: trips.count(),
+        cached: caches.iter().map(|cache| cache.stats().hits).sum(),
+        gated: tally
+            .denied_by
+            .iter()
+            .filter(|(policy, _)| policy.starts_with("auth.login.local"))
+            .map(|(_, count)| count)
+            .sum(),
+    };
+    report(options, backend, &tally, Some(&saved), metrics.as_ref())
+}
+
+async fn serve_and_drive(replicas: Vec<Router>) -> Result<Tally, Box<dyn Error>> {
     let mut addresses = Vec::new();
     let mut servers = Vec::new();
-    for _ in 0..options.replicas {
+    for app in replicas {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         addresses.push(listener.local_addr()?);
-        let app = router(Arc::clone(&limiter), Arc::clone(&hasher))?;
         servers.push(tokio::spawn(async move {
             axum::serve(
                 listener,
@@ -374,23 +517,48 @@ where
             .await
         }));
     }
-    let tally = drive(&addresses).await?;
+    let tally = drive(&addresses).await;
     for server in servers {
         server.abort();
     }
+    let mut tally = tally?;
+    tally.addresses = addresses;
+    Ok(tally)
+}
 
+fn report(
+    options: &Options,
+    backend: &str,
+    tally: &Tally,
+    saved: Option<&Saved>,
+    metrics: Option<&PrometheusHandle>,
+) -> Result<(), Box<dyn Error>> {
     println!("Runlimit demo: credential-stuffing burst against POST /login");
+    let topology = if saved.is_some() {
+        "each with a memory gate for the client limit and a denial cache, in front of"
+    } else {
+        "sharing"
+    };
     println!(
-        "  backend: {backend} (shared by {} router replica(s) on {})",
+        "  backend: {backend} ({} router replica(s) {topology} one {backend} quota, on {})",
         options.replicas,
-        addresses
+        tally
+            .addresses
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let client = if saved.is_some() {
+        format!(
+            "client {} per 60 s per replica (the gate)",
+            40_u64.div_ceil(options.replicas as u64)
+        )
+    } else {
+        "client 40 per 60 s".to_owned()
+    };
     println!(
-        "  policies: auth.login/client 40 per 60 s, auth.login/identity 8 per 60 s (one atomic batch, \
+        "  policies: {client}, identity 8 per 60 s (one atomic admission, \
          counting failed logins only)"
     );
     println!("  requests: {}", tally.requests);
@@ -424,11 +592,35 @@ where
          more than the identity limit of 8: only failed logins count, successful ones are refunded"
     );
     println!("  summary: {allowed} attacker attempts reached the handler, {denied} denied");
+    if let Some(saved) = saved {
+        println!(
+            "  shared backend: {} operations reached {backend}; the gates turned away {} \
+             requests and the denial caches answered {} identity checks without a round trip",
+            saved.round_trips, saved.gated, saved.cached
+        );
+    }
+    if let Some(handle) = metrics {
+        println!("  metrics excerpt (Prometheus text):");
+        let rendered = handle.render();
+        let excerpt: Vec<&str> = rendered
+            .lines()
+            .filter(|line| line.starts_with("runlimit_denials_total"))
+            .collect();
+        for line in &excerpt {
+            println!("      {line}");
+        }
+        if excerpt.is_empty() {
+            return Err("expected denials in the metrics".into());
+        }
+    }
     if allowed == 0 || denied == 0 {
         return Err("expected both admitted and denied requests".into());
     }
     if succeeded != attempts {
         return Err("the legitimate user was locked out by the rate limit".into());
+    }
+    if saved.is_some_and(|saved| saved.cached == 0) {
+        return Err("expected the denial cache to answer some checks".into());
     }
     Ok(())
 }

@@ -106,6 +106,20 @@ pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     policy: PhantomData<fn() -> P>,
 }
 
+/// A clone shares the connection (Redis connections and managers are cheap
+/// handles), the configuration and the observer.
+impl<C: Clone, P> Clone for RedisLimiter<C, P> {
+    fn clone(&self) -> Self {
+        Self {
+            connection: self.connection.clone(),
+            config: self.config.clone(),
+            cluster: self.cluster,
+            observer: self.observer.clone(),
+            policy: PhantomData,
+        }
+    }
+}
+
 impl<C, P> fmt::Debug for RedisLimiter<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
