@@ -126,6 +126,8 @@ cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin gcra
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin sliding_window
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin topology
 
 # The demo that README's first command runs.
 if [[ -f scripts/run-demo.sh && -x scripts/run-demo.sh ]]; then

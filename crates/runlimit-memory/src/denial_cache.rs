@@ -7,36 +7,8 @@
 //! [`DenialCache`] remembers, per counter key, when the backend said the
 //! denied cost fits again; [`Cached`] puts it in front of any [`Limiter`].
 //!
-//! # What it never does
-//!
-//! * **It never admits.** A check the cache cannot answer goes to the
-//!   backend; the cache only answers denials.
-//! * **It denies only what the backend denied, and only until the backend's
-//!   own retry time.** A denial of cost `c` with retry time `r` is cached
-//!   until `sent + r`, where `sent` is when the check was sent (on the cache's
-//!   clock, before the round trip), so it ends no later than the retry time
-//!   the backend computed. It then denies checks of the same counter with a
-//!   cost of at least `c`; smaller costs go to the backend, since they may
-//!   fit.
-//!
-//! # When a cached denial outlives the backend's state
-//!
-//! Quota comes back early only through a refund or a reset. Those made
-//! through the same [`Cached`] limiter forget the key's cached denial. Those
-//! made elsewhere (another replica, or the backend directly) cannot be seen,
-//! so the key keeps being denied locally until the cached retry time: at most
-//! the `retry_after` of the denial that was cached, measured from when that
-//! check was sent. For a fixed window that is the rest of the window; for
-//! GCRA and sliding windows, the time until the denied cost would have fit.
-//!
-//! # Bounded
-//!
-//! The cache holds at most `max_keys` denials, in shards, like the memory
-//! stores. Each denial it remembers first removes at most
-//! `cleanup_per_check` expired ones from its shard; a denial that still does
-//! not fit is simply not cached (the next check of that key asks the
-//! backend). It never evicts a live denial, and never fails: a shard poisoned
-//! by a panic is bypassed.
+//! See [`DenialCache`] for exactly what it may deny, for how long, and when a
+//! cached denial can outlive the backend's state.
 
 use std::{
     fmt,
@@ -125,8 +97,41 @@ pub struct DenialCacheStats {
 /// A bounded, sharded, process-wide cache of denials a shared backend gave.
 ///
 /// Share one cache (it is `Sync`; wrap it in an [`Arc`]) among the
-/// [`Cached`] limiters of a process. See the [module documentation](self)
-/// for exactly what it may deny and for how long.
+/// [`Cached`] limiters of a process.
+///
+/// # What it never does
+///
+/// * **It never admits.** A check the cache cannot answer goes to the
+///   backend; the cache only answers denials.
+/// * **It denies only what the backend denied, and only until the backend's
+///   own retry time.** A denial of cost `c` with retry time `r` is cached
+///   until `sent + r`, where `sent` is when the check was sent (on the
+///   cache's clock, before the round trip), so it ends no later than the
+///   retry time the backend computed. It then denies checks of the same
+///   counter with a cost of at least `c`; smaller costs go to the backend,
+///   since they may fit. Quota and shadow denials are cached (a shadow
+///   policy's check is then answered with the shadow denial); capacity
+///   denials are not.
+///
+/// # When a cached denial outlives the backend's state
+///
+/// Quota comes back early only through a refund or a reset. Those made
+/// through the same [`Cached`] limiter forget the key's cached denial. Those
+/// made elsewhere (another replica, or the backend directly) cannot be seen,
+/// so the key keeps being denied locally until the cached retry time: at
+/// most the `retry_after` of the denial that was cached, measured from when
+/// that check was sent. For a fixed window that is the rest of the window;
+/// for GCRA and sliding windows, the time until the denied cost would have
+/// fit.
+///
+/// # Bounded
+///
+/// The cache holds at most `max_keys` denials, in shards, like the memory
+/// stores. Each denial it remembers first removes at most
+/// `cleanup_per_check` expired ones from its shard; a denial that still does
+/// not fit is not cached (the next check of that key asks the backend), and
+/// counted in [`DenialCacheStats::refused`]. It never evicts a live denial,
+/// and never fails: a shard poisoned by a panic is bypassed.
 ///
 /// # Examples
 ///

@@ -98,6 +98,20 @@
 //! * **Observers** run after locks are released; their panics are caught, and
 //!   without an observer no clock is read for timing.
 //!
+//! # In front of a shared backend
+//!
+//! Two wrappers make the memory store the first line of the production
+//! topology, in front of `runlimit-postgres` or `runlimit-redis` (or any
+//! [`Limiter`](runlimit_core::Limiter)):
+//!
+//! * [`Tiered`]: a local gate and a shared backend as one admission. The
+//!   gate's checks run first and are consumed; the shared ones run only if it
+//!   allowed; a shared denial or failure refunds the gate.
+//! * [`DenialCache`] and [`Cached`]: keys the backend denied are denied
+//!   locally, without a round trip, until the backend's own retry time; see
+//!   the [`DenialCache`] documentation for exactly when a cached denial can
+//!   outlive the backend's state.
+//!
 //! The inherent [`Store::check`] and [`Store::check_all`] are synchronous. The
 //! [`Limiter`](runlimit_core::Limiter) implementation runs them when its future
 //! is first polled; from a concrete store, call it as
@@ -109,7 +123,8 @@
 //! 128-bit fold of the counter's identity and 16 bytes of state) with its
 //! control byte, and a 16-byte expiry-heap entry: about 85 bytes per key at a
 //! million keys (the table rounds up to a power of two), counted by this
-//! crate's allocation test, which holds it under 100. Two counters share an
+//! crate's allocation test, which holds it under 100. A sliding-window entry
+//! is 64 bytes (about 152 per key in all), a cached denial 32. Two counters share an
 //! entry only if their 128-bit identities collide, which for HMAC-derived
 //! subject keys is as likely as guessing the HMAC.
 //!

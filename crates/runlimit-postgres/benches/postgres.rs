@@ -5,8 +5,13 @@
 //! `RUNLIMIT_POSTGRES_TEST_DATABASE_URL`, default the local test database; set
 //! `BENCH_SECONDS` to change the 3-second measurement per cell). Results are
 //! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
-//! sliding-window checks at 32 tasks over rounds and reports the median ratio.
+//! sliding-window checks at 32 tasks over rounds and reports the median ratio;
+//! `-- topology` runs the credential-stuffing burst with and without the
+//! denial cache, and the tiered admission against the shared check alone.
 #![allow(missing_docs, clippy::cast_precision_loss)]
+
+#[path = "../../runlimit-memory/benches/shared/topology.rs"]
+mod topology;
 
 use std::{
     sync::Arc,
@@ -216,6 +221,11 @@ async fn main() {
     }
     if std::env::args().any(|arg| arg == "sliding") {
         sliding_against_fixed(seconds, &pool, &subjects).await;
+    } else if std::env::args().any(|arg| arg == "topology") {
+        let trips = topology::RoundTrips::default();
+        let observed = subjects.fixed.clone().with_observer(trips.clone());
+        topology::burst("PostgreSQL", observed, trips, seconds).await;
+        topology::tiered_overhead("PostgreSQL", subjects.fixed.clone(), seconds).await;
     } else {
         table(seconds, &pool, &subjects).await;
     }

@@ -4,8 +4,13 @@
 //! Run with `cargo bench -p runlimit-redis --bench redis` (reads
 //! `RUNLIMIT_REDIS_TEST_URL`; `BENCH_SECONDS` sets seconds per cell). Results are
 //! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
-//! sliding-window checks at 32 tasks over rounds and reports the median ratio.
+//! sliding-window checks at 32 tasks over rounds and reports the median ratio;
+//! `-- topology` runs the credential-stuffing burst with and without the
+//! denial cache, and the tiered admission against the shared check alone.
 #![allow(missing_docs, clippy::cast_precision_loss)]
+
+#[path = "../../runlimit-memory/benches/shared/topology.rs"]
+mod topology;
 
 use std::{
     sync::Arc,
@@ -206,7 +211,18 @@ async fn main() {
     let policies = Arc::new([policy("client"), policy("identity")]);
     run(Workload::BatchOfTwo, 32, 1.0, &shared, &policies).await;
     run(Workload::SlidingCheck, 32, 1.0, &shared, &policies).await;
-    if std::env::args().any(|arg| arg == "sliding") {
+    if std::env::args().any(|arg| arg == "topology") {
+        let (_, limiter, _) = &shared[0];
+        let trips = topology::RoundTrips::default();
+        topology::burst(
+            "Redis",
+            limiter.clone().with_observer(trips.clone()),
+            trips,
+            seconds,
+        )
+        .await;
+        topology::tiered_overhead("Redis", limiter.clone(), seconds).await;
+    } else if std::env::args().any(|arg| arg == "sliding") {
         let mut ratios = Vec::new();
         for round in 1..=5 {
             let (fixed, ..) = run(Workload::Check, 32, seconds, &shared, &policies).await;

@@ -1,9 +1,9 @@
 //! Ready-made [`Observer`]s for the Rust telemetry ecosystem, and how to
 //! combine several.
 //!
-//! * [`TracingObserver`] (feature `tracing`): an event per operation,
+//! * `TracingObserver` (feature `tracing`): an event per operation,
 //!   cleanup and capacity change, through the `tracing` crate.
-//! * [`MetricsObserver`] (feature `metrics`): counters, a latency histogram
+//! * `MetricsObserver` (feature `metrics`): counters, a latency histogram
 //!   and capacity gauges through the `metrics` crate, for any of its
 //!   exporters (Prometheus, StatsD, OpenTelemetry).
 //!
