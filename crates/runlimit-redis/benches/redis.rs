@@ -39,6 +39,10 @@ enum Workload {
     CheckAndRefund,
     /// A sliding-window check of the same limit and window.
     SlidingCheck,
+    /// `Check` through a limiter with coalescing off.
+    CheckUncoalesced,
+    /// `BatchOfTwo` through a limiter with coalescing off.
+    BatchOfTwoUncoalesced,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -67,8 +71,41 @@ type Shared = Arc<
         ConnectionManager,
         RedisLimiter<ConnectionManager, FixedWindowPolicy>,
         RedisLimiter<ConnectionManager, SlidingWindowPolicy>,
+        RedisLimiter<ConnectionManager, FixedWindowPolicy>,
     )>,
 >;
+
+/// Script invocations the server has run (`EVALSHA` and `EVAL` calls).
+async fn server_scripts(connection: &mut ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(connection)
+        .await
+        .expect("info");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            matches!(name, "evalsha" | "eval").then(|| calls.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Seconds of CPU the server has used (`INFO cpu`, user and system).
+async fn server_cpu(connection: &mut ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(connection)
+        .await
+        .expect("info");
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_user" | "used_cpu_sys")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
 
 fn sliding_policy() -> SlidingWindowPolicy {
     SlidingWindowPolicy::new(
@@ -92,7 +129,7 @@ async fn run(
         .map(|task| {
             let (shared, policies) = (Arc::clone(shared), Arc::clone(policies));
             tokio::spawn(async move {
-                let (connection, limiter, sliding) = &shared[task % shared.len()];
+                let (connection, limiter, sliding, uncoalesced) = &shared[task % shared.len()];
                 let sliding_policy = sliding_policy();
                 let mut connection = connection.clone();
                 let mut latencies = Vec::new();
@@ -116,6 +153,24 @@ async fn run(
                                 .invoke_async::<()>(&mut connection)
                                 .await
                                 .expect("minimal script");
+                        }
+                        Workload::CheckUncoalesced => {
+                            let decision = uncoalesced
+                                .check(&Check::new(&policies[0], key))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
+                        }
+                        Workload::BatchOfTwoUncoalesced => {
+                            let checks =
+                                [Check::new(&policies[0], key), Check::new(&policies[1], key)];
+                            assert!(
+                                uncoalesced
+                                    .check_all(&checks)
+                                    .await
+                                    .expect("batch")
+                                    .is_allowed()
+                            );
                         }
                         Workload::Check => {
                             let decision = limiter
@@ -195,7 +250,11 @@ async fn main() {
         shared.push((
             connection.clone(),
             RedisLimiter::new(connection.clone(), config.clone()),
-            RedisLimiter::new(connection, config.clone()),
+            RedisLimiter::new(connection.clone(), config.clone()),
+            RedisLimiter::new(
+                connection,
+                config.clone().with_coalescing(1).expect("valid"),
+            ),
         ));
     }
     let shared: Shared = Arc::new(shared);
@@ -211,8 +270,10 @@ async fn main() {
     let policies = Arc::new([policy("client"), policy("identity")]);
     run(Workload::BatchOfTwo, 32, 1.0, &shared, &policies).await;
     run(Workload::SlidingCheck, 32, 1.0, &shared, &policies).await;
-    if std::env::args().any(|arg| arg == "topology") {
-        let (_, limiter, _) = &shared[0];
+    if std::env::args().any(|arg| arg == "coalescing") {
+        coalescing(seconds, &shared, &policies).await;
+    } else if std::env::args().any(|arg| arg == "topology") {
+        let (_, limiter, ..) = &shared[0];
         let trips = topology::RoundTrips::default();
         topology::burst(
             "Redis",
@@ -260,19 +321,35 @@ async fn main() {
 }
 
 async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 2]>) {
-    println!("| tasks | workload | ops/s | p50 | p99 | vs PING floor |");
-    println!("|---|---|---|---|---|---|");
+    let mut admin = shared[0].0.clone();
+    println!(
+        "| tasks | workload | ops/s | p50 | p99 | vs PING floor | server CPU per 100k | ops per script |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for tasks in [1usize, 8, 32] {
         let mut floor = 0.0;
         for workload in [
             Workload::Ping,
             Workload::MinimalScript,
+            Workload::CheckUncoalesced,
             Workload::Check,
-            Workload::CheckAndRefund,
+            Workload::BatchOfTwoUncoalesced,
             Workload::BatchOfTwo,
+            Workload::CheckAndRefund,
             Workload::SlidingCheck,
         ] {
+            let (cpu, invoked) = (
+                server_cpu(&mut admin).await,
+                server_scripts(&mut admin).await,
+            );
             let (rate, p50, p99) = run(workload, tasks, seconds, shared, policies).await;
+            let cpu = (server_cpu(&mut admin).await - cpu) / (rate * seconds) * 1e5;
+            let invoked = server_scripts(&mut admin).await - invoked;
+            let per_script = if invoked > 0.0 {
+                format!("{:.1}", rate * seconds / invoked)
+            } else {
+                String::new()
+            };
             if matches!(workload, Workload::Ping) {
                 floor = rate;
             }
@@ -282,10 +359,52 @@ async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy;
                 format!("{:.0}%", 100.0 * rate / floor)
             };
             println!(
-                "| {tasks} | {workload:?} | {rate:.0} | {:.3} ms | {:.3} ms | {relative} |",
+                "| {tasks} | {workload:?} | {rate:.0} | {:.3} ms | {:.3} ms | {relative} | {cpu:.2} s | {per_script} |",
                 p50.as_secs_f64() * 1e3,
                 p99.as_secs_f64() * 1e3
             );
         }
+    }
+}
+
+/// Checks and batches of two at 32 tasks with coalescing on and off,
+/// alternating over rounds: rates, p99 and server CPU, with medians.
+async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 2]>) {
+    let mut admin = shared[0].0.clone();
+    let workloads = [
+        Workload::Ping,
+        Workload::MinimalScript,
+        Workload::CheckUncoalesced,
+        Workload::Check,
+        Workload::BatchOfTwoUncoalesced,
+        Workload::BatchOfTwo,
+    ];
+    let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); workloads.len()];
+    for round in 1..=5 {
+        for (index, workload) in workloads.iter().enumerate() {
+            let cpu = server_cpu(&mut admin).await;
+            let (rate, _, p99) = run(*workload, 32, seconds, shared, policies).await;
+            let cpu = (server_cpu(&mut admin).await - cpu) / (rate * seconds) * 1e5;
+            println!(
+                "round {round}: {workload:?} {rate:.0}/s, p99 {:.3} ms, server CPU {cpu:.2} s per 100k",
+                p99.as_secs_f64() * 1e3
+            );
+            results[index].push((rate, p99.as_secs_f64() * 1e3, cpu));
+        }
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let ping = median(&mut results[0].iter().map(|r| r.0).collect());
+    for (workload, rounds) in workloads.iter().zip(&results) {
+        let rate = median(&mut rounds.iter().map(|r| r.0).collect());
+        println!(
+            "median over 5 rounds at 32 tasks, {workload:?}: {rate:.0}/s ({:.0}% of PING), \
+             p99 {:.3} ms, server CPU {:.2} s per 100k",
+            100.0 * rate / ping,
+            median(&mut rounds.iter().map(|r| r.1).collect()),
+            median(&mut rounds.iter().map(|r| r.2).collect()),
+        );
     }
 }

@@ -10,6 +10,12 @@ pub const MAX_PREFIX_LEN: usize = 64;
 /// The largest configurable batch.
 pub const MAX_BATCH_SIZE: usize = 256;
 
+/// The most checks or batches one coalesced invocation may carry.
+pub const MAX_COALESCED: usize = 256;
+
+/// The default bound on checks or batches per coalesced invocation.
+pub const DEFAULT_COALESCED: usize = 32;
+
 /// Why a [`RedisConfig`] value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -24,6 +30,9 @@ pub enum ConfigError {
     /// The maximum batch size was zero or above [`MAX_BATCH_SIZE`].
     #[error("maximum batch size {0} is outside 1..={MAX_BATCH_SIZE}")]
     BatchSizeOutOfRange(usize),
+    /// The coalescing bound was zero or above [`MAX_COALESCED`].
+    #[error("coalescing bound {0} is outside 1..={MAX_COALESCED}")]
+    CoalescingOutOfRange(usize),
     /// The hash tag was empty, too long, or held braces or non-printable bytes.
     #[error("the hash tag must be 1 to 64 printable ASCII bytes without braces")]
     InvalidHashTag,
@@ -70,11 +79,13 @@ pub struct RedisConfig {
     routing: KeyRouting,
     connect_timeout: Duration,
     max_reconnect_delay: Duration,
+    max_coalesced: usize,
 }
 
 impl Default for RedisConfig {
     /// Prefix `runlimit:`, a one-second operation timeout, batches of up to 16,
-    /// per-counter routing; for connections built by
+    /// per-counter routing, coalescing of up to [`DEFAULT_COALESCED`]
+    /// concurrent checks per invocation; for connections built by
     /// [`RedisLimiter::connect`](crate::RedisLimiter::connect), a 250 ms connect
     /// timeout and reconnection attempts at most 500 ms apart.
     fn default() -> Self {
@@ -85,6 +96,7 @@ impl Default for RedisConfig {
             routing: KeyRouting::PerCounter,
             connect_timeout: Duration::from_millis(250),
             max_reconnect_delay: Duration::from_millis(500),
+            max_coalesced: DEFAULT_COALESCED,
         }
     }
 }
@@ -143,6 +155,29 @@ impl RedisConfig {
             return Err(ConfigError::BatchSizeOutOfRange(size));
         }
         self.max_batch_size = size;
+        Ok(self)
+    }
+
+    /// Coalesces at most `members` concurrent checks or batches into one
+    /// script invocation (1 turns coalescing off).
+    ///
+    /// Checks issued through one limiter while an invocation of their group
+    /// (the server, or on a cluster the hash slot) is in flight wait for it
+    /// and are then sent together, each decided on its own, all-or-nothing
+    /// within itself, with its own decision and error; a check with nothing
+    /// in flight ahead of it is sent at once, alone. Under load this trades
+    /// the wait for the invocation ahead (at most one invocation's time) for
+    /// far less server time per check; a lone check is unaffected.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::CoalescingOutOfRange`] unless `1 <= members <=`
+    /// [`MAX_COALESCED`].
+    pub fn with_coalescing(mut self, members: usize) -> Result<Self, ConfigError> {
+        if !(1..=MAX_COALESCED).contains(&members) {
+            return Err(ConfigError::CoalescingOutOfRange(members));
+        }
+        self.max_coalesced = members;
         Ok(self)
     }
 
@@ -211,6 +246,12 @@ impl RedisConfig {
     #[must_use]
     pub fn max_batch_size(&self) -> usize {
         self.max_batch_size
+    }
+
+    /// The most checks or batches one invocation carries (1: no coalescing).
+    #[must_use]
+    pub fn max_coalesced(&self) -> usize {
+        self.max_coalesced
     }
 
     /// The key routing.

@@ -56,6 +56,29 @@ impl CheckError {
     }
 }
 
+/// The same failure for another member of a coalesced invocation: the same
+/// variant, so the same "may have consumed" classification, with the
+/// original error's description.
+pub(crate) fn duplicate(error: &CheckError) -> CheckError {
+    let copy = |error: &redis::RedisError| {
+        redis::RedisError::from((
+            error.kind(),
+            "the coalesced invocation failed",
+            error.to_string(),
+        ))
+    };
+    match error {
+        CheckError::InvalidBatch(error) => CheckError::InvalidBatch(error.clone()),
+        CheckError::InvalidRefund(error) => CheckError::InvalidRefund(error.clone()),
+        CheckError::CrossSlot { slots } => CheckError::CrossSlot { slots: *slots },
+        CheckError::Unreachable(error) => CheckError::Unreachable(copy(error)),
+        CheckError::Refused(error) => CheckError::Refused(copy(error)),
+        CheckError::Connection(error) => CheckError::Connection(copy(error)),
+        CheckError::OperationTimeout => CheckError::OperationTimeout,
+        CheckError::UnexpectedReply => CheckError::UnexpectedReply,
+    }
+}
+
 pub(crate) fn classify(error: redis::RedisError) -> CheckError {
     if error.is_connection_refusal() {
         CheckError::Unreachable(error)

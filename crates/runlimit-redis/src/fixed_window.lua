@@ -1,32 +1,34 @@
--- Anchored fixed windows for a batch of counters, decided atomically.
--- KEYS[i]: the counter keys. ARGV: limit, window_us, cost for each key, in order.
+-- Anchored fixed windows: `admit` decides one batch of counters atomically.
+-- Its keys are KEYS[k + 1 .. k + n]; its ARGV from a + 1: limit, window_us,
+-- cost for each key, in order.
 -- State: "used:expires_us" per counter, expiring with its window.
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), used, expires_us;
 -- then now_us.
-local n = #KEYS
-local reply = n == 1 and {0, 0, 0, 0} or {}
 local stored = {0, 0}
-all_or_nothing(n, function(i)
-    local at = 3 * i
-    local limit, window, cost = tonumber(ARGV[at - 2]), tonumber(ARGV[at - 1]), tonumber(ARGV[at])
-    -- No window, an expired one or unreadable state: the next allowed check
-    -- anchors anew.
-    local used, expires = 0, now + window
-    local state = redis.call('GET', KEYS[i])
-    if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
-        used, expires = stored[1], stored[2]
-    end
-    local outcome = 0
-    if used + cost <= limit then
-        used = used + cost
-    else
-        outcome = 1
-    end
-    reply[at - 2], reply[at - 1], reply[at] = outcome, used, expires
-    return outcome == 0
-end, function(i)
-    local at = 3 * i
-    keep(KEYS[i], format('%d:%d', reply[at - 1], reply[at]), reply[at])
-end)
-reply[3 * n + 1] = now
-return reply
+local function admit(k, n, a)
+    local reply = n == 1 and {0, 0, 0, 0} or {}
+    all_or_nothing(n, function(i)
+        local at = 3 * i
+        local limit, window, cost = tonumber(ARGV[a + at - 2]), tonumber(ARGV[a + at - 1]), tonumber(ARGV[a + at])
+        -- No window, an expired one or unreadable state: the next allowed check
+        -- anchors anew.
+        local used, expires = 0, now + window
+        local state = redis.call('GET', KEYS[k + i])
+        if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
+            used, expires = stored[1], stored[2]
+        end
+        local outcome = 0
+        if used + cost <= limit then
+            used = used + cost
+        else
+            outcome = 1
+        end
+        reply[at - 2], reply[at - 1], reply[at] = outcome, used, expires
+        return outcome == 0
+    end, function(i)
+        local at = 3 * i
+        keep(KEYS[k + i], format('%d:%d', reply[at - 1], reply[at]), reply[at])
+    end)
+    reply[3 * n + 1] = now
+    return reply
+end

@@ -38,6 +38,25 @@
 //! scripts of the three algorithms share one prelude for the clock, state
 //! fields, expiring writes and that batch rule.
 //!
+//! # Coalescing
+//!
+//! Checks and batches issued concurrently through one limiter (and its
+//! clones) to the same server, or on a cluster the same hash slot, share
+//! script invocations. Up to four invocations of a group are in flight at
+//! once; checks issued beyond that queue, and the next invocation carries
+//! them all (at most [`RedisConfig::with_coalescing`] members, 32 by
+//! default) to a script that decides each member on its own, exactly as a
+//! lone invocation would: its own all-or-nothing batch, its own decision,
+//! its own error (one member's denial or caller error never touches
+//! another; caller errors are refused before anything is queued). There is
+//! no timer: a lone check is sent at once with the single-check script.
+//!
+//! The effect on latency: a queued check waits for one invocation ahead of it
+//! to finish, then shares the next; under load this replaces waiting in the
+//! server's queue. A queued check that reaches its operation timeout before
+//! an invocation takes it fails with [`CheckError::OperationTimeout`] (it
+//! may still be sent). Turn coalescing off with `with_coalescing(1)`.
+//!
 //! # Refund, peek and reset
 //!
 //! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`]: a refund is one
@@ -132,13 +151,17 @@
 //! nothing was sent (no connection) or Redis refused the script, and `true`
 //! when the connection failed or the timeout expired after sending.
 
+mod coalesce;
 mod config;
 mod connection;
 mod error;
 mod keys;
 mod limiter;
 
-pub use config::{ConfigError, KeyRouting, MAX_BATCH_SIZE, MAX_PREFIX_LEN, RedisConfig};
+pub use config::{
+    ConfigError, DEFAULT_COALESCED, KeyRouting, MAX_BATCH_SIZE, MAX_COALESCED, MAX_PREFIX_LEN,
+    RedisConfig,
+};
 pub use connection::{ConnectError, RedisConnection};
 pub use error::CheckError;
 pub use limiter::{RedisLimiter, RedisPolicy};

@@ -21,6 +21,7 @@ use runlimit_core::{
 };
 
 use crate::{
+    coalesce::{Coalescer, Member},
     config::RedisConfig,
     connection::{ConnectError, RedisConnection},
     error::{CheckError, classify},
@@ -45,16 +46,36 @@ impl Lua {
 }
 
 /// A script: the shared prelude (`common.lua`: the clock, state reading and
-/// writing, the batch rule) followed by the algorithm's own body.
+/// writing, the batch rule) followed by the algorithm's own body and, for
+/// admissions, the entry point: one check or batch (`single.lua`), or
+/// several coalesced into one invocation (`coalesced.lua`).
 macro_rules! script {
     ($body:literal) => {
         LazyLock::new(|| Lua::new(concat!(include_str!("common.lua"), include_str!($body))))
     };
+    ($body:literal, $entry:literal) => {
+        LazyLock::new(|| {
+            Lua::new(concat!(
+                include_str!("common.lua"),
+                include_str!($body),
+                include_str!($entry)
+            ))
+        })
+    };
 }
 
-static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua");
-static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua");
-static GCRA: LazyLock<Lua> = script!("gcra.lua");
+/// Invocations of one group (the server, or a cluster slot) sent before later
+/// checks queue to be coalesced: enough to keep the connection's pipeline
+/// busy (measured best of 1, 2 and 4 at 32 tasks, BENCHMARKS.md), so
+/// coalescing starts only where the server, not the round trip, is the limit.
+const IN_FLIGHT: usize = 4;
+
+static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua", "single.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua", "single.lua");
+static GCRA: LazyLock<Lua> = script!("gcra.lua", "single.lua");
+static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!("fixed_window.lua", "coalesced.lua");
+static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!("sliding_window.lua", "coalesced.lua");
+static GCRA_COALESCED: LazyLock<Lua> = script!("gcra.lua", "coalesced.lua");
 static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
 static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
 static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
@@ -77,6 +98,9 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// its reply: a decision and a receipt stamp per check.
     #[doc(hidden)]
     fn script() -> &'static Lua;
+    /// The same admission for several independent members at once.
+    #[doc(hidden)]
+    fn coalesced_script() -> &'static Lua;
     #[doc(hidden)]
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
     #[doc(hidden)]
@@ -103,6 +127,7 @@ pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     config: RedisConfig,
     cluster: bool,
     observer: Option<Arc<dyn Observer>>,
+    coalescer: Arc<Coalescer>,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -115,6 +140,7 @@ impl<C: Clone, P> Clone for RedisLimiter<C, P> {
             config: self.config.clone(),
             cluster: self.cluster,
             observer: self.observer.clone(),
+            coalescer: Arc::clone(&self.coalescer),
             policy: PhantomData,
         }
     }
@@ -141,6 +167,7 @@ where
     #[must_use]
     pub fn new(connection: C, config: RedisConfig) -> Self {
         Self {
+            coalescer: Arc::new(Coalescer::new(config.max_coalesced(), IN_FLIGHT)),
             connection,
             config,
             cluster: false,
@@ -231,10 +258,45 @@ where
 
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<(Decision, Stamp)>, CheckError> {
         let keys = self.keys(checks)?;
-        let reply: Vec<i64> = self
-            .invoke(P::script(), &keys, &P::arguments(checks))
-            .await?;
+        let arguments = P::arguments(checks);
+        let reply: Vec<i64> = if self.config.max_coalesced() > 1 {
+            // On a cluster a member's keys share one slot (checked above).
+            let slot = if self.cluster { hash_slot(&keys[0]) } else { 0 };
+            self.coalescer
+                .decide(
+                    slot,
+                    Member { keys, arguments },
+                    self.config.operation_timeout(),
+                    async |members| self.send(members).await,
+                )
+                .await?
+        } else {
+            self.invoke(P::script(), &keys, &arguments).await?
+        };
         P::decisions(checks, &reply).ok_or(CheckError::UnexpectedReply)
+    }
+
+    /// One invocation for `members`: the single-member script for one, the
+    /// coalesced script for several (one reply per member).
+    async fn send(&self, members: Vec<Member>) -> Result<Vec<Vec<i64>>, CheckError> {
+        if let [member] = members.as_slice() {
+            let reply = self
+                .invoke(P::script(), &member.keys, &member.arguments)
+                .await?;
+            return Ok(vec![reply]);
+        }
+        let mut keys = Vec::new();
+        let mut arguments = Vec::with_capacity(1 + 2 * members.len());
+        arguments.push(i64::try_from(members.len()).unwrap_or(i64::MAX));
+        for member in &members {
+            arguments.push(i64::try_from(member.keys.len()).unwrap_or(i64::MAX));
+            arguments.push(i64::try_from(member.arguments.len()).unwrap_or(i64::MAX));
+        }
+        for member in members {
+            keys.extend(member.keys);
+            arguments.extend(member.arguments);
+        }
+        self.invoke(P::coalesced_script(), &keys, &arguments).await
     }
 
     async fn check_one(&self, check: &Check<'_, P>) -> Result<(Decision, Stamp), CheckError> {
@@ -570,6 +632,10 @@ impl RedisPolicy for FixedWindowPolicy {
         &FIXED_WINDOW
     }
 
+    fn coalesced_script() -> &'static Lua {
+        &FIXED_WINDOW_COALESCED
+    }
+
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
         checks
             .iter()
@@ -656,6 +722,10 @@ impl RedisPolicy for GcraPolicy {
 
     fn script() -> &'static Lua {
         &GCRA
+    }
+
+    fn coalesced_script() -> &'static Lua {
+        &GCRA_COALESCED
     }
 
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
@@ -761,6 +831,10 @@ impl RedisPolicy for SlidingWindowPolicy {
 
     fn script() -> &'static Lua {
         &SLIDING_WINDOW
+    }
+
+    fn coalesced_script() -> &'static Lua {
+        &SLIDING_WINDOW_COALESCED
     }
 
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {

@@ -3,12 +3,9 @@
 //! `INFO commandstats` on a `redis-server` of the test's own, so no other
 //! test's commands interfere; and a peek stores nothing (`DBSIZE`).
 
-use std::{
-    collections::HashMap,
-    net::TcpListener,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+mod common;
+
+use std::{collections::HashMap, time::Duration};
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
@@ -17,53 +14,8 @@ use runlimit_core::{
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
-async fn start() -> Option<(Server, String)> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") {
-            panic!("redis-server is required (RUNLIMIT_REQUIRE_SERVICES=1) but cannot be started");
-        }
-        eprintln!("skipping: redis-server is not installed");
-        return None;
-    };
-    let server = Server(child);
-    let url = format!("redis://127.0.0.1:{port}/");
-    for _ in 0..100 {
-        if let Ok(client) = redis::Client::open(url.as_str())
-            && let Ok(mut connection) = client.get_multiplexed_async_connection().await
-            && redis::cmd("PING")
-                .query_async::<String>(&mut connection)
-                .await
-                .is_ok()
-        {
-            return Some((server, url));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("redis-server on {url} did not start");
-}
-
 /// The calls of each command the server has processed so far.
-async fn calls(admin: &mut MultiplexedConnection) -> HashMap<String, u64> {
+pub(crate) async fn calls(admin: &mut MultiplexedConnection) -> HashMap<String, u64> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(admin)
@@ -105,7 +57,7 @@ fn key(n: u8) -> SubjectKey {
 
 #[tokio::test]
 async fn every_operation_is_one_command_and_peeks_store_nothing() {
-    let Some((_server, url)) = start().await else {
+    let Some((_server, url)) = common::private_server().await else {
         return;
     };
     let mut admin = redis::Client::open(url.as_str())

@@ -1,7 +1,11 @@
 //! Shared helpers: connections, per-test key prefixes, time shifting.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::{
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
 
 use redis::aio::ConnectionManager;
 use runlimit_conformance::TimeControl;
@@ -137,4 +141,53 @@ impl TimeControl for ShiftTime {
     fn drift(&self) -> Duration {
         Duration::from_millis(250)
     }
+}
+
+/// A `redis-server` of a test's own, killed when dropped.
+pub(crate) struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+/// Starts a `redis-server` of the test's own on a free port, so server-wide
+/// statistics count that test's commands alone; `None` (with a printed
+/// reason) when `redis-server` is not installed and services are optional.
+pub(crate) async fn private_server() -> Option<(Server, String)> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") {
+            panic!("redis-server is required (RUNLIMIT_REQUIRE_SERVICES=1) but cannot be started");
+        }
+        eprintln!("skipping: redis-server is not installed");
+        return None;
+    };
+    let server = Server(child);
+    let url = format!("redis://127.0.0.1:{port}/");
+    for _ in 0..100 {
+        if let Ok(client) = redis::Client::open(url.as_str())
+            && let Ok(mut connection) = client.get_multiplexed_async_connection().await
+            && redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+                .is_ok()
+        {
+            return Some((server, url));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("redis-server on {url} did not start");
 }
