@@ -7,7 +7,9 @@
 //! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
 //! sliding-window checks at 32 tasks over rounds and reports the median ratio;
 //! `-- topology` runs the credential-stuffing burst with and without the
-//! denial cache, and the tiered admission against the shared check alone.
+//! denial cache, and the tiered admission against the shared check alone;
+//! `-- fast-path` compares single checks decided under the row lock with the
+//! general path.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 #[path = "../../runlimit-memory/benches/shared/topology.rs"]
@@ -221,6 +223,8 @@ async fn main() {
     }
     if std::env::args().any(|arg| arg == "sliding") {
         sliding_against_fixed(seconds, &pool, &subjects).await;
+    } else if std::env::args().any(|arg| arg == "fast-path") {
+        fast_path_against_general(seconds, &pool, &subjects).await;
     } else if std::env::args().any(|arg| arg == "topology") {
         let trips = topology::RoundTrips::default();
         let observed = subjects.fixed.clone().with_observer(trips.clone());
@@ -254,6 +258,60 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
     println!(
         "median over 5 rounds at 32 tasks: sliding / fixed window {:.0}%",
         100.0 * ratios[2]
+    );
+}
+
+/// The general path for a single check: the batch function (migration 8),
+/// behind the one-row function single checks call.
+const GENERAL_SINGLE: &str = "CREATE OR REPLACE FUNCTION runlimit_check_fixed_window(
+    p_key bytea, p_lock_id bigint, p_limit bigint, p_window_us bigint, p_cost bigint,
+    p_max_rows_per_shard integer, p_lock_timeout_ms integer, p_relaxed_durability boolean,
+    OUT r_outcome smallint, OUT r_used bigint, OUT r_expires_us bigint, OUT r_now_us bigint)
+LANGUAGE sql AS $$
+    SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_now_us
+    FROM runlimit_check_fixed_windows(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
+        ARRAY[p_window_us], ARRAY[p_cost], p_max_rows_per_shard, p_lock_timeout_ms,
+        p_relaxed_durability) AS c
+$$;";
+
+/// Single checks of existing rows at 32 tasks decided under the row lock
+/// (migration 9) and through the general path (the batch function),
+/// redefined between runs and alternating, against the upsert floor of the
+/// same round.
+async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
+    let general = GENERAL_SINGLE.to_owned();
+    let fast =
+        include_str!("../migrations/20260101000009_decide_single_checks_under_the_row_lock.sql")
+            .to_owned();
+    let (mut fast_ratios, mut general_ratios) = (Vec::new(), Vec::new());
+    for round in 1..=5 {
+        let (floor, ..) = run(Workload::Upsert, 32, seconds, pool, subjects).await;
+        let mut rates = Vec::new();
+        for definition in [&general, &fast] {
+            sqlx::raw_sql(definition)
+                .execute(pool)
+                .await
+                .expect("redefine");
+            rates.push(run(Workload::Check, 32, seconds, pool, subjects).await.0);
+        }
+        general_ratios.push(rates[0] / floor);
+        fast_ratios.push(rates[1] / floor);
+        println!(
+            "round {round}: upsert floor {floor:.0}/s; general path {:.0}/s ({:.0}%), row-lock path {:.0}/s ({:.0}%)",
+            rates[0],
+            100.0 * rates[0] / floor,
+            rates[1],
+            100.0 * rates[1] / floor
+        );
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!(
+        "median over 5 rounds at 32 tasks, share of the upsert floor: general path {:.0}%, row-lock path {:.0}%",
+        100.0 * median(&mut general_ratios),
+        100.0 * median(&mut fast_ratios)
     );
 }
 

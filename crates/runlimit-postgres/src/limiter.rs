@@ -618,20 +618,40 @@ impl PgPolicy for FixedWindowPolicy {
             .map(|check| as_i64(check.policy().window_millis().saturating_mul(1_000)))
             .collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
-        let rows = sqlx::query(
-            "SELECT r_outcome, r_used, r_expires_us, r_now_us \
-             FROM runlimit_check_fixed_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
-        )
-        .bind(counter_keys(checks))
-        .bind(lock_ids(checks))
-        .bind(limits)
-        .bind(windows)
-        .bind(costs)
-        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
-        .bind(config.lock_timeout_ms())
-        .bind(config.relaxed_durability())
-        .fetch_all(connection)
-        .await?;
+        let rows = if let [check] = checks {
+            // One check: the function of one row, no set to build or sort.
+            vec![
+                sqlx::query(
+                    "SELECT r_outcome, r_used, r_expires_us, r_now_us \
+                     FROM runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(check.counter_key().to_bytes().to_vec())
+                .bind(lock_id(check))
+                .bind(limits[0])
+                .bind(windows[0])
+                .bind(costs[0])
+                .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+                .bind(config.lock_timeout_ms())
+                .bind(config.relaxed_durability())
+                .fetch_one(connection)
+                .await?,
+            ]
+        } else {
+            sqlx::query(
+                "SELECT r_outcome, r_used, r_expires_us, r_now_us \
+                 FROM runlimit_check_fixed_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+            )
+            .bind(counter_keys(checks))
+            .bind(lock_ids(checks))
+            .bind(limits)
+            .bind(windows)
+            .bind(costs)
+            .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_all(connection)
+            .await?
+        };
         checks
             .iter()
             .zip(rows)

@@ -44,6 +44,11 @@ pub const CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL: &str =
 pub const CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL: &str =
     include_str!("../migrations/20260101000008_create_runlimit_sliding_windows.sql");
 
+/// Decides a single fixed-window check of an existing row under that row's
+/// lock alone.
+pub const DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str =
+    include_str!("../migrations/20260101000009_decide_single_checks_under_the_row_lock.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

@@ -112,6 +112,14 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         stored_in_the_future,
         "the window was anchored on the real clock"
     );
+    // The second check finds the row and is decided under its lock, on the
+    // real clock too: a clock of 2000 would put the retry decades away.
+    let denied = limiter
+        .check(&Check::new(&policy, key(1, 1)))
+        .await
+        .expect("check");
+    let retry = denied.retry_after().expect("denied");
+    assert!(retry <= window, "{retry:?}");
     schema
         .admin()
         .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
@@ -159,6 +167,92 @@ async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
         task.await.expect("task");
     }
     assert_eq!(admitted.load(Ordering::SeqCst), 100);
+}
+
+/// Single checks of an existing row take only its row lock; batches and new
+/// counters take advisory locks first. Mixed on one key from four pools, they
+/// neither deadlock nor admit past the limit, and resets racing them (which
+/// delete the row under a single check waiting for it) end in clean answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_checks_batches_and_resets_of_one_key_interleave_cleanly() {
+    use runlimit_core::Lifecycle;
+    let Some(schema) = common::schema("mixed_paths").await else {
+        return;
+    };
+    schema.migrated_pool(1).await;
+    let shared = Arc::new(policy("shared", 100, Duration::from_secs(3_600)));
+    let other = Arc::new(policy("other", 10_000, Duration::from_secs(3_600)));
+    let limiters: Vec<_> = limiters_on_four_pools(&schema).await;
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (index, limiter) in limiters.iter().enumerate() {
+        for task in 0..8u8 {
+            let (limiter, shared, other, admitted) = (
+                Arc::clone(limiter),
+                Arc::clone(&shared),
+                Arc::clone(&other),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let single = Check::new(&*shared, key(9, 9));
+                    let allowed = if (index + usize::from(task)) % 2 == 0 {
+                        limiter.check(&single).await.expect("no error").is_allowed()
+                    } else {
+                        let batch = [Check::new(&*other, key(1, task)), single];
+                        let outcome = limiter.check_all(&batch).await.expect("no error");
+                        outcome.is_allowed()
+                    };
+                    if allowed {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+
+    let mut tasks = Vec::new();
+    for limiter in &limiters {
+        for task in 0..4 {
+            let (limiter, shared) = (Arc::clone(limiter), Arc::clone(&shared));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    if task == 0 {
+                        limiter.reset(&shared, &key(9, 9)).await.expect("no error");
+                    } else {
+                        limiter
+                            .check(&Check::new(&*shared, key(9, 9)))
+                            .await
+                            .expect("no error");
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
+/// Four limiters on pools of their own.
+async fn limiters_on_four_pools(
+    schema: &common::TestSchema,
+) -> Vec<Arc<PostgresLimiter<FixedWindowPolicy>>> {
+    let mut limiters = Vec::new();
+    for _ in 0..4 {
+        limiters.push(Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+            schema.pool(4).await,
+            PostgresConfig::default()
+                .with_operation_timeout(Duration::from_secs(10))
+                .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
+                .expect("valid"),
+        )));
+    }
+    limiters
 }
 
 #[tokio::test]
