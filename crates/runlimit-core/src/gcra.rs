@@ -212,11 +212,12 @@ impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
             .and_then(|scaled| scaled.checked_add(slack.remainder))
         {
             Some(scaled) => scaled / period,
-            None => {
-                let scaled =
-                    u128::from(slack.whole) * u128::from(self.quota) + u128::from(slack.remainder);
-                u64::try_from(scaled / u128::from(period)).unwrap_or(u64::MAX)
-            }
+            // Large tolerances (a million a day, say) overflow 64 bits; the
+            // quotient is at most the burst capacity all the same.
+            None => small_quotient(
+                u128::from(slack.whole) * u128::from(self.quota) + u128::from(slack.remainder),
+                period,
+            ),
         };
         Ok((remaining.min(self.burst_capacity), ahead.ceil_millis()))
     }
@@ -277,6 +278,32 @@ impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
             ),
         }
     }
+}
+
+/// `floor(numerator / divisor)` for a quotient below 2<sup>52</sup>, without
+/// a 128-bit division (a library call several times the cost of the rest of
+/// a check): a floating-point estimate is within one of the quotient, and
+/// 128-bit products, single instructions, correct it exactly.
+#[inline]
+fn small_quotient(numerator: u128, divisor: u64) -> u64 {
+    debug_assert!(divisor > 0, "periods are at least a millisecond");
+    let divisor_wide = u128::from(divisor);
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let mut quotient = (numerator as f64 / divisor as f64) as u64;
+    // The estimate's relative error is a few parts in 2^53 of a quotient
+    // below 2^52: at most one either way. Each loop runs at most once then;
+    // for larger quotients they still end at the exact answer.
+    while quotient > 0 && u128::from(quotient) * divisor_wide > numerator {
+        quotient -= 1;
+    }
+    while (u128::from(quotient) + 1) * divisor_wide <= numerator {
+        quotient += 1;
+    }
+    quotient
 }
 
 #[cfg(test)]
@@ -398,6 +425,19 @@ mod tests {
                 nanos.outcome(nanos.increment),
                 micros.outcome(micros.increment)
             );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn small_quotients_are_exact(
+            quotient in 0u64..(1 << 52),
+            divisor in 1u64..=u64::MAX,
+            fraction in 0u64..=u64::MAX,
+        ) {
+            let numerator = u128::from(quotient) * u128::from(divisor)
+                + u128::from(fraction % divisor);
+            proptest::prop_assert_eq!(small_quotient(numerator, divisor), quotient);
         }
     }
 }

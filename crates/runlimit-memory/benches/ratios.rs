@@ -6,7 +6,10 @@
 //! - a peek, an admission with a receipt and a refund against a check, on a
 //!   hot key of each algorithm;
 //! - a sliding-window check against a fixed-window check, on a hot key and
-//!   on 100k random stored keys.
+//!   on 100k random stored keys;
+//! - every check path against governor's keyed limiter (digest keys): a hot
+//!   key allowed and denied on one thread and on two sharing it, 100k random
+//!   keys on one and two threads, and a flood of keys never seen before.
 //!
 //! A ratio of two criterion groups compares measurements taken seconds apart,
 //! and on a shared VM the host's load moves more in that time than the figure
@@ -14,7 +17,7 @@
 //! two sides and reports the median ratio over the rounds.
 //!
 //! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch`,
-//! `-- scaling`, `-- lifecycle` or `-- sliding` for one part); it prints each round's
+//! `-- scaling`, `-- lifecycle`, `-- sliding` or `-- governor` for one part); it prints each round's
 //! nanoseconds and ratio, then the medians.
 #![allow(missing_docs)]
 
@@ -49,13 +52,7 @@ where
         .map(|thread| {
             let (work, barrier) = (Arc::clone(work), Arc::clone(&barrier));
             thread::spawn(move || {
-                // Pin each thread to its own core so the scheduler cannot stack
-                // both on one core.
-                if let Some(core) = core_affinity::get_core_ids()
-                    .and_then(|cores| cores.get(thread % cores.len().max(1)).copied())
-                {
-                    core_affinity::set_for_current(core);
-                }
+                pin(thread);
                 let mut state = 0x2545_F491_4F6C_DD1Du64.wrapping_mul(thread as u64 + 1);
                 barrier.wait();
                 for _ in 0..CHECKS_PER_THREAD {
@@ -73,6 +70,16 @@ where
         handle.join().expect("thread");
     }
     started.elapsed().as_secs_f64() * 1e9 / CHECKS_PER_THREAD as f64
+}
+
+/// Pins the calling thread to core `thread` (modulo the cores), so the
+/// scheduler cannot stack two benchmark threads on one core.
+fn pin(thread: usize) {
+    if let Some(core) = core_affinity::get_core_ids()
+        .and_then(|cores| cores.get(thread % cores.len().max(1)).copied())
+    {
+        core_affinity::set_for_current(core);
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -228,6 +235,9 @@ fn main() {
     if wanted("sliding") {
         sliding();
     }
+    if wanted("governor") {
+        against_governor();
+    }
 }
 
 /// A sliding-window check against a fixed-window check of the same limit
@@ -352,4 +362,320 @@ fn scaling() {
         median(&mut runlimit_scaling),
         median(&mut governor_scaling)
     );
+}
+
+/// Work for one benchmark thread: called with the thread's number and the
+/// call's number.
+type Work = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// Nanoseconds per call per thread: `threads` pinned threads, started
+/// together, each making `calls` calls of `work`.
+fn per_thread_call(work: &Work, threads: usize, calls: usize) -> f64 {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (work, barrier) = (Arc::clone(work), Arc::clone(&barrier));
+            thread::spawn(move || {
+                pin(thread);
+                barrier.wait();
+                for call in 0..calls {
+                    work(thread, call);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    for handle in handles {
+        handle.join().expect("thread");
+    }
+    started.elapsed().as_secs_f64() * 1e9 / calls as f64
+}
+
+/// One path, measured on both sides. `prepare` builds each side's work afresh
+/// for a round (the flood needs empty maps), untimed.
+struct Path {
+    name: &'static str,
+    threads: usize,
+    calls: usize,
+    prepare: Box<dyn Fn() -> (Work, Work)>,
+}
+
+/// Keys never seen before, per thread of the flood.
+const FLOOD_KEYS: usize = 500_000;
+
+/// Every path a check takes, Runlimit against governor 0.10's keyed limiter
+/// keyed by the same 32-byte digest, alternating sides (and which goes first)
+/// round by round.
+fn against_governor() {
+    use governor::Quota;
+    use runlimit_core::{FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId};
+    use std::{num::NonZeroU32, time::Duration};
+
+    let year = Duration::from_secs(366 * 24 * 3_600);
+    let id = || PolicyId::new("bench").expect("valid");
+    let scope = || ScopeId::new("client").expect("valid");
+    // Allowed for every call: the largest fixed window; a billion a second
+    // with a burst of a billion (governor: its largest rate).
+    let fixed_open = Arc::new(fixed_policy("client"));
+    let gcra_open = Arc::new(
+        GcraPolicy::new(id(), scope(), MAX_LIMIT, Duration::from_secs(1), MAX_LIMIT)
+            .expect("valid"),
+    );
+    let billion = NonZeroU32::new(1_000_000_000).expect("non-zero");
+    let governor_open = Quota::per_second(billion).allow_burst(billion);
+    // Denied for every call after the first: one per year (governor: per hour).
+    let fixed_shut = Arc::new(FixedWindowPolicy::new(id(), scope(), 1, year).expect("valid"));
+    let gcra_shut = Arc::new(GcraPolicy::new(id(), scope(), 1, year, 1).expect("valid"));
+    let governor_shut = Quota::per_hour(NonZeroU32::MIN).allow_burst(NonZeroU32::MIN);
+
+    let default_config = MemoryStoreConfig::new(2 * RANDOM_KEYS).expect("valid");
+    let sharded = default_config.with_shard_count(64).expect("valid");
+    let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
+    let digests: Arc<Vec<[u8; 32]>> = Arc::new(keys.iter().map(|key| *key.as_bytes()).collect());
+    let flood_keys: Arc<Vec<SubjectKey>> = Arc::new(
+        (0..2 * FLOOD_KEYS as u64)
+            .map(|n| subject(n + RANDOM_KEYS as u64))
+            .collect(),
+    );
+    let flood_digests: Arc<Vec<[u8; 32]>> =
+        Arc::new(flood_keys.iter().map(|key| *key.as_bytes()).collect());
+    // The same pseudo-random key order on both sides; a thread starts at its
+    // own offset in it.
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let order: Arc<Vec<usize>> = Arc::new(
+        (0..CHECKS_PER_THREAD)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
+            })
+            .collect(),
+    );
+    let calls = usize::try_from(CHECKS_PER_THREAD).expect("fits");
+
+    let mut paths: Vec<Path> = Vec::new();
+    for threads in [1, 2] {
+        for (name, fixed, gcra, quota) in [
+            ("hot key allowed", &fixed_open, &gcra_open, governor_open),
+            ("hot key denied", &fixed_shut, &gcra_shut, governor_shut),
+        ] {
+            let hot = |algorithm: &'static str, runlimit: Box<dyn Fn() -> Work>| Path {
+                name: leak(format!("{name}, {algorithm}, {threads} thread(s)")),
+                threads,
+                calls,
+                prepare: Box::new(move || {
+                    let governor = RateLimiter::keyed(quota);
+                    let digest = *subject(0).as_bytes();
+                    let _ = governor.check_key(&digest);
+                    let governor: Work = Arc::new(move |_, _| {
+                        black_box(governor.check_key(black_box(&digest)).is_ok());
+                    });
+                    (runlimit(), governor)
+                }),
+            };
+            let policy = Arc::clone(fixed);
+            paths.push(hot(
+                "fixed window",
+                Box::new(move || {
+                    let (store, policy) = (MemoryStore::new(default_config), Arc::clone(&policy));
+                    let key = subject(0);
+                    store.check(&Check::new(&*policy, key)).expect("ok");
+                    Arc::new(move |_, _| {
+                        black_box(
+                            store
+                                .check(&Check::new(&*policy, black_box(key)))
+                                .expect("ok"),
+                        );
+                    })
+                }),
+            ));
+            let policy = Arc::clone(gcra);
+            paths.push(hot(
+                "GCRA",
+                Box::new(move || {
+                    let (store, policy) = (GcraStore::new(default_config), Arc::clone(&policy));
+                    let key = subject(0);
+                    store.check(&Check::new(&*policy, key)).expect("ok");
+                    Arc::new(move |_, _| {
+                        black_box(
+                            store
+                                .check(&Check::new(&*policy, black_box(key)))
+                                .expect("ok"),
+                        );
+                    })
+                }),
+            ));
+        }
+        let config = if threads == 1 {
+            default_config
+        } else {
+            sharded
+        };
+        let governor_random = {
+            let (digests, order) = (Arc::clone(&digests), Arc::clone(&order));
+            move || -> Work {
+                let governor = RateLimiter::keyed(governor_quota());
+                for digest in digests.iter() {
+                    let _ = governor.check_key(digest);
+                }
+                let (digests, order) = (Arc::clone(&digests), Arc::clone(&order));
+                Arc::new(move |thread, call| {
+                    let index = order[(call + thread * 7_919) % order.len()];
+                    black_box(governor.check_key(&digests[index]).is_ok());
+                })
+            }
+        };
+        let (policy, keys_, order_) = (
+            Arc::clone(&fixed_open),
+            Arc::clone(&keys),
+            Arc::clone(&order),
+        );
+        let governor = governor_random.clone();
+        paths.push(Path {
+            name: leak(format!(
+                "100k random keys, fixed window, {threads} thread(s)"
+            )),
+            threads,
+            calls,
+            prepare: Box::new(move || {
+                let store = MemoryStore::new(config);
+                for key in keys_.iter() {
+                    store.check(&Check::new(&*policy, *key)).expect("ok");
+                }
+                let (policy, keys, order) =
+                    (Arc::clone(&policy), Arc::clone(&keys_), Arc::clone(&order_));
+                let runlimit: Work = Arc::new(move |thread, call| {
+                    let index = order[(call + thread * 7_919) % order.len()];
+                    black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
+                });
+                (runlimit, governor())
+            }),
+        });
+        // Ten a second with a burst of a million: every key stays stored (a
+        // replenished GCRA key is forgotten, and then stored again).
+        let (policy, keys_, order_) = (
+            Arc::new(gcra_policy()),
+            Arc::clone(&keys),
+            Arc::clone(&order),
+        );
+        paths.push(Path {
+            name: leak(format!("100k random keys, GCRA, {threads} thread(s)")),
+            threads,
+            calls,
+            prepare: Box::new(move || {
+                let store = GcraStore::new(config);
+                for key in keys_.iter() {
+                    store.check(&Check::new(&*policy, *key)).expect("ok");
+                }
+                let (policy, keys, order) =
+                    (Arc::clone(&policy), Arc::clone(&keys_), Arc::clone(&order_));
+                let runlimit: Work = Arc::new(move |thread, call| {
+                    let index = order[(call + thread * 7_919) % order.len()];
+                    black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
+                });
+                (runlimit, governor_random())
+            }),
+        });
+        // A flood: every check a key never seen before, into empty maps sized
+        // for the flood (Runlimit's table is bounded and allocated up front;
+        // governor's grows as it goes, as it would in service). The states
+        // outlive the run (an hour's worth each), so the flood measures
+        // storing keys; a store that must also forget replenished keys pays
+        // for that as well, which governor never does.
+        let flood_config = MemoryStoreConfig::new(2 * FLOOD_KEYS)
+            .and_then(|config| config.with_shard_count(if threads == 1 { 1 } else { 64 }))
+            .expect("valid");
+        let hourly_gcra = Arc::new(
+            GcraPolicy::new(id(), scope(), 1, Duration::from_secs(3_600), 1_000).expect("valid"),
+        );
+        let hourly_quota =
+            Quota::per_hour(NonZeroU32::MIN).allow_burst(NonZeroU32::new(1_000).expect("non-zero"));
+        let flood = |algorithm: &'static str, runlimit: Box<dyn Fn() -> Work>| {
+            let digests = Arc::clone(&flood_digests);
+            Path {
+                name: leak(format!(
+                    "flood of new keys, {algorithm}, {threads} thread(s)"
+                )),
+                threads,
+                calls: FLOOD_KEYS,
+                prepare: Box::new(move || {
+                    let governor = RateLimiter::keyed(hourly_quota);
+                    let digests = Arc::clone(&digests);
+                    let governor: Work = Arc::new(move |thread, call| {
+                        black_box(
+                            governor
+                                .check_key(&digests[thread * FLOOD_KEYS + call])
+                                .is_ok(),
+                        );
+                    });
+                    (runlimit(), governor)
+                }),
+            }
+        };
+        let (policy, keys) = (Arc::clone(&fixed_open), Arc::clone(&flood_keys));
+        paths.push(flood(
+            "fixed window",
+            Box::new(move || {
+                let (store, policy, keys) = (
+                    MemoryStore::new(flood_config),
+                    Arc::clone(&policy),
+                    Arc::clone(&keys),
+                );
+                Arc::new(move |thread, call| {
+                    let key = keys[thread * FLOOD_KEYS + call];
+                    black_box(store.check(&Check::new(&*policy, key)).expect("ok"));
+                })
+            }),
+        ));
+        let (policy, keys) = (Arc::clone(&hourly_gcra), Arc::clone(&flood_keys));
+        paths.push(flood(
+            "GCRA",
+            Box::new(move || {
+                let (store, policy, keys) = (
+                    GcraStore::new(flood_config),
+                    Arc::clone(&policy),
+                    Arc::clone(&keys),
+                );
+                Arc::new(move |thread, call| {
+                    let key = keys[thread * FLOOD_KEYS + call];
+                    black_box(store.check(&Check::new(&*policy, key)).expect("ok"));
+                })
+            }),
+        ));
+    }
+
+    // `BENCH_PATHS=hot` (say) measures only the paths whose names contain it.
+    if let Ok(wanted) = std::env::var("BENCH_PATHS") {
+        paths.retain(|path| path.name.contains(wanted.as_str()));
+    }
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    for round in 1..=ROUNDS {
+        for (path, ratios) in paths.iter().zip(&mut ratios) {
+            let (runlimit, governor) = (path.prepare)();
+            let (ours, theirs) = if round % 2 == 0 {
+                let theirs = per_thread_call(&governor, path.threads, path.calls);
+                (per_thread_call(&runlimit, path.threads, path.calls), theirs)
+            } else {
+                let ours = per_thread_call(&runlimit, path.threads, path.calls);
+                (ours, per_thread_call(&governor, path.threads, path.calls))
+            };
+            ratios.push(ours / theirs);
+            println!(
+                "round {round}, {}: runlimit {ours:.1} ns, governor {theirs:.1} ns, {:.2}x",
+                path.name,
+                ours / theirs
+            );
+        }
+    }
+    println!("median over {ROUNDS} rounds, Runlimit's time per check / governor's (digest keys):");
+    for (path, ratios) in paths.iter().zip(&mut ratios) {
+        println!("  {}: {:.2}x", path.name, median(ratios));
+    }
+}
+
+/// A path's name, built once per benchmark run.
+fn leak(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
 }

@@ -258,7 +258,7 @@ impl Engine for FixedWindow {
     type Policy = FixedWindowPolicy;
     const ISSUER: &'static str = "runlimit-memory/fixed_window";
 
-    #[inline]
+    #[inline(always)]
     fn evaluate(
         policy: &FixedWindowPolicy,
         state: Option<WindowState>,
@@ -414,7 +414,7 @@ impl Engine for Gcra {
     type Policy = GcraPolicy;
     const ISSUER: &'static str = "runlimit-memory/gcra";
 
-    #[inline]
+    #[inline(always)]
     fn evaluate(
         policy: &GcraPolicy,
         state: Option<GcraState>,
