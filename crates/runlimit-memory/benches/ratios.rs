@@ -416,7 +416,7 @@ fn against_governor() {
     let id = || PolicyId::new("bench").expect("valid");
     let scope = || ScopeId::new("client").expect("valid");
     // Allowed for every call: the largest fixed window; a billion a second
-    // with a burst of a billion (governor: its largest rate).
+    // with a burst of a billion (governor: the same).
     let fixed_open = Arc::new(fixed_policy("client"));
     let gcra_open = Arc::new(
         GcraPolicy::new(id(), scope(), MAX_LIMIT, Duration::from_secs(1), MAX_LIMIT)
