@@ -111,6 +111,11 @@ pub(crate) mod sealed {
         /// The issuer name on this store's receipts.
         const ISSUER: &'static str;
 
+        /// Whether [`deny_from_words`](Self::deny_from_words) can decide
+        /// anything: false for states of more than two words, which then skip
+        /// the lock-free read.
+        const DENIES_WITHOUT_LOCK: bool = false;
+
         /// Decides `cost` units at `now` for a key whose stored state is `state`
         /// (`None` for a key not stored). Never fails: costs are validated by
         /// `Check`, and policy bounds keep the arithmetic in range.
@@ -120,6 +125,23 @@ pub(crate) mod sealed {
             cost: u64,
             now: u64,
         ) -> Evaluation<Self::State>;
+
+        /// A denial decided from the packed words of a two-word state read
+        /// without the entry's lock (the first and last word may come from
+        /// different commits; see `Entry::words_for_denial`). `Some` only when
+        /// the locked path would give the same denial against a state
+        /// committed while the words were read. `None` sends the check to the
+        /// locked path. Only called when
+        /// [`DENIES_WITHOUT_LOCK`](Self::DENIES_WITHOUT_LOCK) is set.
+        #[inline(always)]
+        fn deny_from_words(
+            _policy: &Self::Policy,
+            _words: (u64, u64),
+            _cost: u64,
+            _now: u64,
+        ) -> Option<Denial> {
+            None
+        }
 
         /// When the entry expires: from then on it is equivalent to an absent key
         /// and may be removed. Admissions never move it earlier; a reset or a
@@ -257,6 +279,7 @@ impl Engine for FixedWindow {
     type State = WindowState;
     type Policy = FixedWindowPolicy;
     const ISSUER: &'static str = "runlimit-memory/fixed_window";
+    const DENIES_WITHOUT_LOCK: bool = true;
 
     #[inline(always)]
     fn evaluate(
@@ -289,6 +312,27 @@ impl Engine for FixedWindow {
             decision,
             next: WindowState { used, ..current },
         }
+    }
+
+    /// Why a mixed pair still gives the locked path's denial: the last word
+    /// (count and version) is that of a state D committed while the words
+    /// were read, and the first word (expiry) was the same before and after
+    /// D. A denial needs a live window and a count of at least one (costs
+    /// above the limit go to the locked path). Between the two reads of the
+    /// expiry no reset ran (the version held), so expiries only grew, and an
+    /// expiry equal at both ends was D's own: the pair is D's state. The
+    /// retry time is the window's end, as the locked path reports it.
+    #[inline(always)]
+    fn deny_from_words(
+        policy: &FixedWindowPolicy,
+        words: (u64, u64),
+        cost: u64,
+        now: u64,
+    ) -> Option<Denial> {
+        let window = WindowState::unpack([words.0, words.1]);
+        let limit = policy.limit();
+        (cost <= limit && window.expires_at > now && window.used + cost > limit)
+            .then(|| denial_for(limit, Duration::from_nanos(window.expires_at - now)))
     }
 
     fn deadline(state: &WindowState) -> u64 {
@@ -413,6 +457,7 @@ impl Engine for Gcra {
     type State = GcraState;
     type Policy = GcraPolicy;
     const ISSUER: &'static str = "runlimit-memory/gcra";
+    const DENIES_WITHOUT_LOCK: bool = true;
 
     #[inline(always)]
     fn evaluate(
@@ -438,6 +483,40 @@ impl Engine for Gcra {
                 },
             },
         }
+    }
+
+    /// Decided from the first word alone, the arrival time's whole
+    /// nanoseconds, stored by a commit that ran while the words were read;
+    /// the remainder (below a nanosecond) may be another commit's, so it is
+    /// not used. A later arrival time never denies less, so if the earliest
+    /// arrival time with this whole part denies, that commit's state did; its
+    /// retry time is taken only when the earliest and the latest arrival
+    /// times with this whole part round to the same millisecond.
+    #[inline(always)]
+    fn deny_from_words(
+        policy: &GcraPolicy,
+        (whole, _): (u64, u64),
+        cost: u64,
+        now: u64,
+    ) -> Option<Denial> {
+        let check = GcraNanos::new(policy, cost);
+        let now = ExactNanos::from_whole(now);
+        let retry_after = |remainder: u64| {
+            let tat = ExactNanos { whole, remainder }
+                .max(now)
+                .saturating_add(check.increment, check.quota);
+            let ahead = tat.saturating_sub(now, check.quota);
+            // As `GcraExact::outcome` decides a denial, without the units
+            // an allowed check would report.
+            (ahead > check.tolerance).then(|| {
+                ahead
+                    .saturating_sub(check.tolerance, check.quota)
+                    .ceil_millis()
+            })
+        };
+        let earliest = retry_after(0)?;
+        (retry_after(check.quota - 1)? == earliest)
+            .then(|| denial_for(policy.burst_capacity(), earliest))
     }
 
     fn deadline(state: &GcraState) -> u64 {
@@ -699,6 +778,88 @@ mod tests {
             }
             Evaluation::Denied(denial) => Decision::denied(denial),
         }
+    }
+
+    proptest::proptest! {
+        /// A denial read from the first word alone is the denial the locked
+        /// path gives against the whole state.
+        #[test]
+        fn lock_free_gcra_denials_are_the_states_denials(
+            quota in 1u64..1_000,
+            period_ms in 1u64..100_000,
+            burst in 1u64..1_000,
+            tat_ahead in 0u64..200_000 * MS,
+            remainder_seed in proptest::prelude::any::<u64>(),
+            now in 0u64..1_000 * MS,
+            cost in 1u64..10,
+        ) {
+            let policy = gcra(quota, period_ms, burst);
+            let cost = cost.min(burst);
+            let state = GcraState {
+                tat: ExactNanos { whole: now + tat_ahead, remainder: remainder_seed % quota },
+                version: 7,
+            };
+            let fast = Gcra::deny_from_words(&policy, (state.pack()[0], state.pack()[1]), cost, now);
+            if let Some(denial) = fast {
+                match Gcra::evaluate(&policy, Some(state), cost, now) {
+                    Evaluation::Denied(locked) => proptest::prop_assert_eq!(denial, locked),
+                    Evaluation::Allowed { .. } => proptest::prop_assert!(false, "allowed"),
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A fixed-window denial read without the lock is the locked path's.
+        #[test]
+        fn lock_free_window_denials_are_the_states_denials(
+            limit in 1u64..100,
+            window_ms in 1u64..100_000,
+            used_seed in proptest::prelude::any::<u64>(),
+            expires_at in 0u64..200_000 * MS,
+            now in 0u64..200_000 * MS,
+            cost in 1u64..200,
+        ) {
+            let policy = FixedWindowPolicy::new(
+                PolicyId::new("p").expect("valid"),
+                ScopeId::new("s").expect("valid"),
+                limit,
+                Duration::from_millis(window_ms),
+            )
+            .expect("valid");
+            let state = WindowState { expires_at, used: used_seed % (limit + 1), version: 3 };
+            let [first, last] = state.pack();
+            if let Some(denial) = FixedWindow::deny_from_words(&policy, (first, last), cost, now) {
+                match FixedWindow::evaluate(&policy, Some(state), cost, now) {
+                    Evaluation::Denied(locked) => proptest::prop_assert_eq!(denial, locked),
+                    Evaluation::Allowed { .. } => proptest::prop_assert!(false, "allowed"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_gcra_denial_without_the_lock_needs_every_remainder_to_agree() {
+        // 3 per second, burst 1: the increment and the tolerance are a third
+        // of a second, so a check waits as long as the arrival time is ahead.
+        let policy = gcra(3, 1_000, 1);
+        let third = 1_000 * MS / 3;
+        // Two thirds of a second ahead (less a fraction): 667 ms whatever the
+        // remainder.
+        assert_eq!(
+            Gcra::deny_from_words(&policy, (2 * third, 0), 1, 0),
+            Some(denial_for(1, Duration::from_millis(667)))
+        );
+        // Exactly at now: allowed, so the locked path decides.
+        assert_eq!(Gcra::deny_from_words(&policy, (0, 0), 1, 0), None);
+        // A whole part whose remainders straddle a millisecond boundary: the
+        // retry time depends on the remainder, so the locked path decides.
+        let straddling = 1_002 * MS;
+        assert_eq!(
+            Gcra::deny_from_words(&policy, (straddling, 0), 1, 0),
+            None,
+            "the earliest and latest arrival times round to different milliseconds"
+        );
     }
 
     #[test]

@@ -179,9 +179,20 @@ impl<A: Algorithm> Store<A> {
         // Read the clock before waiting for the entry, so the likely cache miss
         // on a cold entry overlaps the clock read.
         let clock_now = self.now_nanos();
+        let policy = check.policy();
+        // A denial the state's words decide when read without the entry's
+        // lock is answered so, and checks denied on one hot key write no
+        // shared line. The time is taken after the words, as the locked path
+        // takes it after the lock: never earlier than the state's own.
+        if A::DENIES_WITHOUT_LOCK
+            && let Some(denial) = entry.words_for_denial().and_then(|words| {
+                A::deny_from_words(policy, words, check.cost(), shard.advance(clock_now))
+            })
+        {
+            return Some(Ok((Decision::for_mode(policy.quota_mode(), denial), None)));
+        }
         let held = entry.lock();
         let now = shard.advance(clock_now);
-        let policy = check.policy();
         Some(Ok(
             match A::evaluate(policy, Some(held.state()), check.cost(), now) {
                 // Dropping `held` releases the entry unchanged.

@@ -166,6 +166,37 @@ impl<S: Packed> Entry<S> {
         S::unpack(words)
     }
 
+    /// The first and last words of a two-word state, read without the
+    /// entry's lock, for a denial; `None` while a check holds the entry, or
+    /// if a check committed between the reads.
+    ///
+    /// The words are read first, last, first, last, each with acquire, and
+    /// each pair must agree. What that proves:
+    /// - The first word belongs to a committed state: a holder takes the lock
+    ///   before it stores the word (with release), so loading the word orders
+    ///   that lock before the next load of the lock word, and finding it free
+    ///   there means the holder released it.
+    /// - The last word is a released state's (it was read unlocked), and it
+    ///   did not change between its two reads except through states with the
+    ///   same version. Resets change the version, so the two reads span no
+    ///   reset unless 2<sup>32</sup> resets of one key ran between them.
+    ///
+    /// The pair need not be one state's (a commit may store the first word
+    /// between the reads of the last); each algorithm's
+    /// `deny_from_words` says why its denials hold all the same.
+    #[inline]
+    pub(crate) fn words_for_denial(&self) -> Option<(u64, u64)> {
+        let words = self.words();
+        if words.len() != 2 {
+            return None;
+        }
+        let first = words[0].load(Ordering::Acquire);
+        let last = words[1].load(Ordering::Acquire);
+        let first_again = words[0].load(Ordering::Acquire);
+        let last_again = words[1].load(Ordering::Acquire);
+        (last & LOCKED == 0 && last == last_again && first == first_again).then_some((first, last))
+    }
+
     /// Takes this entry's lock, waiting while another check holds it.
     #[inline]
     pub(crate) fn lock(&self) -> HeldEntry<'_, S> {
@@ -229,8 +260,10 @@ impl<S: Packed> HeldEntry<'_, S> {
             0,
             "a packed state uses the lock bit"
         );
+        // Release: a check reading the first word without the lock (see
+        // `words_for_denial`) then sees this lock taken, or released.
         for (atomic, word) in self.entry.words().iter().zip(&words[..count - 1]) {
-            atomic.store(*word, Ordering::Relaxed);
+            atomic.store(*word, Ordering::Release);
         }
         self.last = words[count - 1] & !LOCKED;
     }
