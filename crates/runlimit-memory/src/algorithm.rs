@@ -501,22 +501,35 @@ impl Engine for Gcra {
     ) -> Option<Denial> {
         let check = GcraNanos::new(policy, cost);
         let now = ExactNanos::from_whole(now);
-        let retry_after = |remainder: u64| {
-            let tat = ExactNanos { whole, remainder }
-                .max(now)
-                .saturating_add(check.increment, check.quota);
-            let ahead = tat.saturating_sub(now, check.quota);
-            // As `GcraExact::outcome` decides a denial, without the units
-            // an allowed check would report.
-            (ahead > check.tolerance).then(|| {
-                ahead
-                    .saturating_sub(check.tolerance, check.quota)
-                    .ceil_millis()
-            })
-        };
-        let earliest = retry_after(0)?;
-        (retry_after(check.quota - 1)? == earliest)
-            .then(|| denial_for(policy.burst_capacity(), earliest))
+        // The earliest arrival time with this whole part, decided as
+        // `GcraExact::outcome` decides a denial (without the units an allowed
+        // check would report).
+        let tat = ExactNanos::from_whole(whole)
+            .max(now)
+            .saturating_add(check.increment, check.quota);
+        let ahead = tat.saturating_sub(now, check.quota);
+        if ahead <= check.tolerance {
+            return None;
+        }
+        let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
+        let earliest = past_tolerance.ceil_millis();
+        // The latest lies (quota - 1) / quota of a nanosecond later, and so
+        // does its distance past the tolerance, unless now is later than both.
+        if whole >= now.whole {
+            let latest = past_tolerance
+                .saturating_add(
+                    ExactNanos {
+                        whole: 0,
+                        remainder: check.quota - 1,
+                    },
+                    check.quota,
+                )
+                .ceil_millis();
+            if latest != earliest {
+                return None;
+            }
+        }
+        Some(denial_for(policy.burst_capacity(), earliest))
     }
 
     fn deadline(state: &GcraState) -> u64 {
