@@ -78,6 +78,10 @@
 //! * **Checks on stored keys run side by side.** Such a check holds its shard
 //!   only for reading and locks just its key's entry, so checks on different
 //!   keys of one shard proceed in parallel and write no shared cache line.
+//!   A fixed-window or GCRA check that is denied does not even lock the
+//!   entry: it reads the state twice without the lock and answers from it
+//!   when the reads agree (the decision the locked path would give), so
+//!   threads denied on one hot key share its line only for reading.
 //!   Storing a new key, cleanup, and batches with a key not yet stored hold
 //!   the shard exclusively; a batch of stored keys locks its entries.
 //! * **Poisoning.** If code panics while a shard lock is held (for example an
