@@ -314,14 +314,19 @@ impl Engine for FixedWindow {
         }
     }
 
-    /// Why a mixed pair still gives the locked path's denial: the last word
+    /// Why a mixed pair still gives the locked path's denial. The last word
     /// (count and version) is that of a state D committed while the words
-    /// were read, and the first word (expiry) was the same before and after
-    /// D. A denial needs a live window and a count of at least one (costs
-    /// above the limit go to the locked path). Between the two reads of the
-    /// expiry no reset ran (the version held), so expiries only grew, and an
-    /// expiry equal at both ends was D's own: the pair is D's state. The
-    /// retry time is the window's end, as the locked path reports it.
+    /// were read; the expiry read before it was stored by D or an earlier
+    /// commit C, the expiry read after it by D or a later commit D', and the
+    /// two agree. A denial needs a live window and a count of at least one
+    /// (costs above the limit go to the locked path). Expiries never shrink
+    /// from one commit to the next except at a reset, and a count of at least
+    /// one after a reset means a window anchored since, which ends no earlier
+    /// than C's (shard time never goes back, and the key's window length is
+    /// its policy's): so D's expiry is at least C's. Between D and D' no reset
+    /// ran (the version read twice held), so D's expiry is at most D'’s. Both
+    /// equal the expiry read: the pair is D's state, and the retry time is its
+    /// window's end, as the locked path reports it.
     #[inline(always)]
     fn deny_from_words(
         policy: &FixedWindowPolicy,
@@ -771,6 +776,8 @@ mod tests {
     use super::*;
 
     const MS: u64 = NANOS_PER_MILLI;
+    #[allow(clippy::cast_possible_wrap)]
+    const MS_SIGNED: i64 = NANOS_PER_MILLI as i64;
 
     fn gcra(quota: u64, period_ms: u64, burst: u64) -> GcraPolicy {
         GcraPolicy::new(
@@ -795,21 +802,29 @@ mod tests {
 
     proptest::proptest! {
         /// A denial read from the first word alone is the denial the locked
-        /// path gives against the whole state.
+        /// path gives against the whole state, arrival times behind now
+        /// included.
         #[test]
         fn lock_free_gcra_denials_are_the_states_denials(
             quota in 1u64..1_000,
             period_ms in 1u64..100_000,
             burst in 1u64..1_000,
-            tat_ahead in 0u64..200_000 * MS,
+            tat_ahead_ms in -2_000i64..200_000,
+            tat_ahead_ns in -3i64..=3,
             remainder_seed in proptest::prelude::any::<u64>(),
-            now in 0u64..1_000 * MS,
+            now_ms in 0u64..1_000,
             cost in 1u64..10,
+            whole_burst in proptest::prelude::any::<bool>(),
         ) {
             let policy = gcra(quota, period_ms, burst);
-            let cost = cost.min(burst);
+            // A check of the whole burst waits exactly as long as the arrival
+            // time is ahead: with whole milliseconds ahead, the remainders
+            // straddle a millisecond of retry time.
+            let cost = if whole_burst { burst } else { cost.min(burst) };
+            let now = now_ms * MS;
+            let whole = now.saturating_add_signed(tat_ahead_ms * MS_SIGNED + tat_ahead_ns);
             let state = GcraState {
-                tat: ExactNanos { whole: now + tat_ahead, remainder: remainder_seed % quota },
+                tat: ExactNanos { whole, remainder: remainder_seed % quota },
                 version: 7,
             };
             let fast = Gcra::deny_from_words(&policy, (state.pack()[0], state.pack()[1]), cost, now);
