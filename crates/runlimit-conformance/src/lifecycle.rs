@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use runlimit_core::{
-    Check, Decision, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, QuotaMode, Receipt,
-    Refunded, SlidingWindowPolicy,
+    Check, Decision, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Receipt, Refunded,
+    SlidingWindowPolicy,
 };
 
 use crate::{
-    TimeControl, assert_allowed, assert_between, assert_close, assert_quota_denied, decide,
-    fixed_window, gcra, sliding_window, subject, windows,
+    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, fixed_window, gcra,
+    sliding_window, subject, windows,
 };
 
 pub(crate) async fn admit<L: Lifecycle>(
@@ -32,7 +32,7 @@ pub(crate) async fn admit<L: Lifecycle>(
     }
 }
 
-async fn refund<L: Lifecycle>(
+pub(crate) async fn refund<L: Lifecycle>(
     limiter: &L,
     checks: &[Check<'_, L::Policy>],
     receipt: Receipt,
@@ -44,7 +44,11 @@ async fn refund<L: Lifecycle>(
     }
 }
 
-async fn peek<L: Lifecycle>(limiter: &L, check: &Check<'_, L::Policy>, case: &str) -> Decision {
+pub(crate) async fn peek<L: Lifecycle>(
+    limiter: &L,
+    check: &Check<'_, L::Policy>,
+    case: &str,
+) -> Decision {
     match limiter.peek(check).await {
         Ok(decision) => decision,
         Err(error) => panic!("{case}: backend error on peek: {error:?}"),
@@ -78,17 +82,7 @@ pub async fn fixed_window_refund_restores_exactly<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy> + Lifecycle,
 {
-    let case = "fixed window refund";
-    let policy = fixed_window("refund", 3, Duration::from_secs(60));
-    let check = Check::new(&policy, subject(30));
-    assert_allowed(case, &decide(limiter, &check, case).await, 2);
-    let receipt = admit(limiter, &check, case).await;
-    let refunded = refund(limiter, &[check], receipt, case).await;
-    assert_eq!(refunded.credited(), 1, "{case}: credited");
-    // As if the refunded check had never been admitted: 2 remain before this one.
-    assert_allowed(case, &decide(limiter, &check, case).await, 1);
-    assert_allowed(case, &decide(limiter, &check, case).await, 0);
-    assert_quota_denied(case, &decide(limiter, &check, case).await);
+    windows::refund_restores_exactly(limiter).await;
 }
 
 /// Refunding the only check of a window forgets the window, so the next check
@@ -141,40 +135,7 @@ pub async fn fixed_window_batch_refunds_credit_every_check<L>(limiter: &L)
 where
     L: Limiter<Policy = FixedWindowPolicy> + Lifecycle,
 {
-    let case = "fixed window batch refund";
-    let client = fixed_window("refund.client", 5, Duration::from_secs(60));
-    let identity = fixed_window("refund.identity", 2, Duration::from_secs(60));
-    let checks = [
-        Check::new(&client, subject(33)),
-        Check::new(&identity, subject(34)),
-    ];
-    assert_allowed(case, &decide(limiter, &checks[0], case).await, 4);
-    let mut admission = match limiter.admit_all(&checks).await {
-        Ok(admission) => admission,
-        Err(error) => panic!("{case}: backend error: {error}"),
-    };
-    assert!(admission.decision().is_allowed(), "{case}: batch allowed");
-    let receipt = admission
-        .take_receipt()
-        .unwrap_or_else(|| panic!("{case}: an allowed batch carries a receipt"));
-    assert!(
-        admission.take_receipt().is_none(),
-        "{case}: one receipt only"
-    );
-    let refunded = refund(limiter, &checks, receipt, case).await;
-    assert_eq!((refunded.credited(), refunded.checks()), (2, 2));
-    assert_allowed(case, &decide(limiter, &checks[0], case).await, 3);
-    assert_allowed(case, &decide(limiter, &checks[1], case).await, 1);
-
-    // A denied batch consumed nothing, so it carries no receipt.
-    let _ = decide(limiter, &checks[1], case).await;
-    match limiter.admit_all(&checks).await {
-        Ok(admission) => {
-            assert!(!admission.decision().permits_request(), "{case}: denied");
-            assert!(admission.into_parts().1.is_none(), "{case}: no receipt");
-        }
-        Err(error) => panic!("{case}: backend error: {error}"),
-    }
+    windows::batch_refunds_credit_every_check(limiter).await;
 }
 
 /// A refund whose checks do not match its receipt is refused and changes
@@ -192,49 +153,7 @@ where
     L: Limiter<Policy = FixedWindowPolicy> + Lifecycle,
     T: TimeControl,
 {
-    let case = "fixed window peek";
-    let window = Duration::from_secs(30);
-    let policy = fixed_window("peek", 3, window);
-    let check = Check::new(&policy, subject(37));
-    // A key never seen reads as a full quota, with nothing to reset.
-    let fresh = peek(limiter, &check, case).await;
-    assert_allowed(case, &fresh, 3);
-    assert_eq!(fresh.reset_after(), Some(Duration::ZERO), "{case}: fresh");
-    assert_allowed(case, &decide(limiter, &check, case).await, 2);
-    assert_allowed(case, &decide(limiter, &check, case).await, 1);
-    for _ in 0..2 {
-        let peeked = peek(limiter, &check, case).await;
-        assert_allowed(case, &peeked, 1);
-        assert_close(
-            case,
-            "reset_after",
-            peeked.reset_after(),
-            window,
-            time.drift(),
-        );
-    }
-    let two = Check::weighted(&policy, subject(37), 2).unwrap_or_else(|error| panic!("{error}"));
-    let denied = peek(limiter, &two, case).await;
-    assert_quota_denied(case, &denied);
-    assert_close(
-        case,
-        "retry_after",
-        denied.retry_after(),
-        window,
-        time.drift(),
-    );
-    // Nothing was consumed by the peeks.
-    assert_allowed(case, &decide(limiter, &check, case).await, 0);
-    assert_quota_denied(case, &peek(limiter, &check, case).await);
-
-    let shadow = fixed_window("peek.shadow", 1, window).with_quota_mode(QuotaMode::Shadow);
-    let shadow_check = Check::new(&shadow, subject(37));
-    assert_allowed(case, &decide(limiter, &shadow_check, case).await, 0);
-    let peeked = peek(limiter, &shadow_check, case).await;
-    assert!(
-        peeked.is_shadow_denied(),
-        "{case}: shadow peek got {peeked:?}"
-    );
+    windows::peek_reads_without_consuming(limiter, time).await;
 }
 
 /// A reset forgets the counter: the next check starts a fresh window, and
@@ -406,16 +325,7 @@ pub async fn sliding_window_refund_restores_exactly<L>(limiter: &L)
 where
     L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
 {
-    let case = "sliding window refund";
-    let policy = sliding_window("refund", 3, Duration::from_secs(80));
-    let check = Check::new(&policy, subject(50));
-    assert_allowed(case, &decide(limiter, &check, case).await, 2);
-    let receipt = admit(limiter, &check, case).await;
-    let refunded = refund(limiter, &[check], receipt, case).await;
-    assert_eq!(refunded.credited(), 1, "{case}: credited");
-    assert_allowed(case, &decide(limiter, &check, case).await, 1);
-    assert_allowed(case, &decide(limiter, &check, case).await, 0);
-    assert_quota_denied(case, &decide(limiter, &check, case).await);
+    windows::refund_restores_exactly(limiter).await;
 }
 
 /// Once the units of an admission have been released, refunding it gives
@@ -443,25 +353,7 @@ pub async fn sliding_window_batch_refunds_credit_every_check<L>(limiter: &L)
 where
     L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
 {
-    let case = "sliding window batch refund";
-    let client = sliding_window("refund.client", 5, Duration::from_secs(80));
-    let identity = sliding_window("refund.identity", 2, Duration::from_secs(80));
-    let checks = [
-        Check::new(&client, subject(52)),
-        Check::new(&identity, subject(53)),
-    ];
-    assert_allowed(case, &decide(limiter, &checks[0], case).await, 4);
-    let receipt = match limiter.admit_all(&checks).await {
-        Ok(admission) => admission
-            .into_parts()
-            .1
-            .unwrap_or_else(|| panic!("{case}: an allowed batch carries a receipt")),
-        Err(error) => panic!("{case}: backend error: {error}"),
-    };
-    let refunded = refund(limiter, &checks, receipt, case).await;
-    assert_eq!((refunded.credited(), refunded.checks()), (2, 2));
-    assert_allowed(case, &decide(limiter, &checks[0], case).await, 3);
-    assert_allowed(case, &decide(limiter, &checks[1], case).await, 1);
+    windows::batch_refunds_credit_every_check(limiter).await;
 }
 
 /// A peek reports what a check would get, consuming and storing nothing.
@@ -470,48 +362,7 @@ where
     L: Limiter<Policy = SlidingWindowPolicy> + Lifecycle,
     T: TimeControl,
 {
-    let case = "sliding window peek";
-    let window = Duration::from_secs(80);
-    let within = (window, window + window / 8);
-    let policy = sliding_window("peek", 3, window);
-    let check = Check::new(&policy, subject(54));
-    let fresh = peek(limiter, &check, case).await;
-    assert_allowed(case, &fresh, 3);
-    assert_eq!(fresh.reset_after(), Some(Duration::ZERO), "{case}: fresh");
-    assert_allowed(case, &decide(limiter, &check, case).await, 2);
-    assert_allowed(case, &decide(limiter, &check, case).await, 1);
-    for _ in 0..2 {
-        let peeked = peek(limiter, &check, case).await;
-        assert_allowed(case, &peeked, 1);
-        assert_between(
-            case,
-            "reset_after",
-            peeked.reset_after(),
-            within,
-            time.drift(),
-        );
-    }
-    let two = Check::weighted(&policy, subject(54), 2).unwrap_or_else(|error| panic!("{error}"));
-    let denied = peek(limiter, &two, case).await;
-    assert_quota_denied(case, &denied);
-    assert_between(
-        case,
-        "retry_after",
-        denied.retry_after(),
-        within,
-        time.drift(),
-    );
-    assert_allowed(case, &decide(limiter, &check, case).await, 0);
-    assert_quota_denied(case, &peek(limiter, &check, case).await);
-
-    let shadow = sliding_window("peek.shadow", 1, window).with_quota_mode(QuotaMode::Shadow);
-    let shadow_check = Check::new(&shadow, subject(54));
-    assert_allowed(case, &decide(limiter, &shadow_check, case).await, 0);
-    let peeked = peek(limiter, &shadow_check, case).await;
-    assert!(
-        peeked.is_shadow_denied(),
-        "{case}: shadow peek got {peeked:?}"
-    );
+    windows::peek_reads_without_consuming(limiter, time).await;
 }
 
 /// A reset forgets the counter, and receipts issued before credit nothing,

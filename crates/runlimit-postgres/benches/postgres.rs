@@ -34,6 +34,10 @@ enum Workload {
     SelectOne,
     Upsert,
     Check,
+    /// A single check sent as the general (batch) function of one element,
+    /// as single checks were before migration 9: the baseline of
+    /// `-- fast-path`.
+    GeneralCheck,
     BatchOfTwo,
     /// An admission with a receipt, then its refund: what a request that does
     /// not count costs (counting only failed logins, say).
@@ -105,6 +109,36 @@ async fn run(
                                 .await
                                 .expect("check");
                             assert!(decision.is_allowed());
+                        }
+                        Workload::GeneralCheck => {
+                            let check = Check::new(&policies[0], subject(key));
+                            let counter = check.counter_key().to_bytes();
+                            // The limiter's advisory-lock id for the key.
+                            let mut word = [0u8; 8];
+                            for (index, byte) in word.iter_mut().enumerate() {
+                                *byte = counter[index] ^ counter[32 + index];
+                            }
+                            let policy = check.policy();
+                            let row: (i16,) = sqlx::query_as(
+                                "SELECT r_outcome FROM runlimit_check_fixed_windows(\
+                                 $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+                            )
+                            .bind(vec![counter.to_vec()])
+                            .bind(vec![i64::from_be_bytes(word)])
+                            .bind(vec![i64::try_from(policy.limit()).expect("bounded")])
+                            .bind(vec![
+                                i64::try_from(policy.window_millis() * 1_000).expect("bounded"),
+                            ])
+                            .bind(vec![1i64])
+                            .bind(65_536i32)
+                            // The lock timeout the limiter derives from its
+                            // 10 s operation timeout.
+                            .bind(9_750i32)
+                            .bind(false)
+                            .fetch_one(&pool)
+                            .await
+                            .expect("general check");
+                            assert_eq!(row.0, 0, "allowed");
                         }
                         Workload::CheckAndRefund => {
                             let check = Check::new(&policies[0], subject(key));
@@ -261,47 +295,34 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
     );
 }
 
-/// The general path for a single check: the batch function (migration 8),
-/// behind the one-row function single checks call.
-const GENERAL_SINGLE: &str = "CREATE OR REPLACE FUNCTION runlimit_check_fixed_window(
-    p_key bytea, p_lock_id bigint, p_limit bigint, p_window_us bigint, p_cost bigint,
-    p_max_rows_per_shard integer, p_lock_timeout_ms integer, p_relaxed_durability boolean,
-    OUT r_outcome smallint, OUT r_used bigint, OUT r_expires_us bigint, OUT r_now_us bigint)
-LANGUAGE sql AS $$
-    SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_now_us
-    FROM runlimit_check_fixed_windows(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
-        ARRAY[p_window_us], ARRAY[p_cost], p_max_rows_per_shard, p_lock_timeout_ms,
-        p_relaxed_durability) AS c
-$$;";
-
-/// Single checks of existing rows at 32 tasks decided under the row lock
-/// (migration 9) and through the general path (the batch function),
-/// redefined between runs and alternating, against the upsert floor of the
-/// same round.
+/// Single checks of existing rows at 32 tasks: through the limiter (decided
+/// under the row lock, migration 9) and sent as the general batch function
+/// of one element (what the limiter sent before), alternating which goes
+/// first, against the upsert floor of the same round.
 async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
-    let general = GENERAL_SINGLE.to_owned();
-    let fast =
-        include_str!("../migrations/20260101000009_decide_single_checks_under_the_row_lock.sql")
-            .to_owned();
     let (mut fast_ratios, mut general_ratios) = (Vec::new(), Vec::new());
     for round in 1..=5 {
         let (floor, ..) = run(Workload::Upsert, 32, seconds, pool, subjects).await;
-        let mut rates = Vec::new();
-        for definition in [&general, &fast] {
-            sqlx::raw_sql(definition)
-                .execute(pool)
-                .await
-                .expect("redefine");
-            rates.push(run(Workload::Check, 32, seconds, pool, subjects).await.0);
+        let order = if round % 2 == 0 {
+            [Workload::Check, Workload::GeneralCheck]
+        } else {
+            [Workload::GeneralCheck, Workload::Check]
+        };
+        let (mut fast, mut general) = (0.0, 0.0);
+        for workload in order {
+            let rate = run(workload, 32, seconds, pool, subjects).await.0;
+            if matches!(workload, Workload::Check) {
+                fast = rate;
+            } else {
+                general = rate;
+            }
         }
-        general_ratios.push(rates[0] / floor);
-        fast_ratios.push(rates[1] / floor);
+        general_ratios.push(general / floor);
+        fast_ratios.push(fast / floor);
         println!(
-            "round {round}: upsert floor {floor:.0}/s; general path {:.0}/s ({:.0}%), row-lock path {:.0}/s ({:.0}%)",
-            rates[0],
-            100.0 * rates[0] / floor,
-            rates[1],
-            100.0 * rates[1] / floor
+            "round {round}: upsert floor {floor:.0}/s; general path {general:.0}/s ({:.0}%), row-lock path {fast:.0}/s ({:.0}%)",
+            100.0 * general / floor,
+            100.0 * fast / floor
         );
     }
     let median = |values: &mut Vec<f64>| {

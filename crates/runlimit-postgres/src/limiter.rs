@@ -609,17 +609,14 @@ impl PgPolicy for FixedWindowPolicy {
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
     ) -> Result<Vec<Decided>, sqlx::Error> {
-        let limits: Vec<i64> = checks
-            .iter()
-            .map(|check| as_i64(check.policy().limit()))
-            .collect();
-        let windows: Vec<i64> = checks
-            .iter()
-            .map(|check| as_i64(check.policy().window_millis().saturating_mul(1_000)))
-            .collect();
-        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let limit = |check: &Check<'_, Self>| as_i64(check.policy().limit());
+        let window_us =
+            |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
+        let cost = |check: &Check<'_, Self>| as_i64(check.cost());
+        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
         let rows = if let [check] = checks {
-            // One check: the function of one row, no set to build or sort.
+            // One check: the function of one row, no arrays to build, no set
+            // to sort.
             vec![
                 sqlx::query(
                     "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -627,10 +624,10 @@ impl PgPolicy for FixedWindowPolicy {
                 )
                 .bind(check.counter_key().to_bytes().to_vec())
                 .bind(lock_id(check))
-                .bind(limits[0])
-                .bind(windows[0])
-                .bind(costs[0])
-                .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+                .bind(limit(check))
+                .bind(window_us(check))
+                .bind(cost(check))
+                .bind(max_rows)
                 .bind(config.lock_timeout_ms())
                 .bind(config.relaxed_durability())
                 .fetch_one(connection)
@@ -643,10 +640,10 @@ impl PgPolicy for FixedWindowPolicy {
             )
             .bind(counter_keys(checks))
             .bind(lock_ids(checks))
-            .bind(limits)
-            .bind(windows)
-            .bind(costs)
-            .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+            .bind(checks.iter().map(limit).collect::<Vec<_>>())
+            .bind(checks.iter().map(window_us).collect::<Vec<_>>())
+            .bind(checks.iter().map(cost).collect::<Vec<_>>())
+            .bind(max_rows)
             .bind(config.lock_timeout_ms())
             .bind(config.relaxed_durability())
             .fetch_all(connection)
