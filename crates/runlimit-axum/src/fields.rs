@@ -145,8 +145,9 @@ pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
         .find(|(name, _)| *name == X_RATELIMIT_REMAINING)
         .and_then(|(_, value)| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
+    // Only a layer that sends legacy fields looks for an inner layer's.
     let keep_inner_legacy =
-        matches!((remaining(headers), ours), (Some(inner), Some(ours)) if inner <= ours);
+        ours.is_some_and(|ours| remaining(headers).is_some_and(|inner| inner <= ours));
     for (name, value) in fields {
         if is_legacy(&name) {
             if !keep_inner_legacy {

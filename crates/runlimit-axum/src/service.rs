@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use crate::{
     body::{BodyMode, HeadKeyed},
-    charge::Outcome,
+    charge::{Charge, Outcome},
     context::{AppliedPolicy, RateLimitContext},
     extract::MissingMetadata,
     fields::{fields_for, prepend},
@@ -146,11 +146,17 @@ const INLINE_RULES: usize = 2;
 type Inline<T> = SmallVec<[T; INLINE_RULES]>;
 
 /// One group of checks evaluated together (the enforced ones, or the shadow
-/// ones) and its receipt, for a refund.
+/// ones) that consumed quota, and its receipt, for a refund.
 struct Group<'a, P> {
     checks: Inline<Check<'a, P>>,
-    receipt: Option<Receipt>,
+    receipt: Receipt,
 }
+
+/// The groups a request may be refunded for: empty, and never allocated,
+/// unless the layer charges by outcome. On the heap, because the admission
+/// future holds it while the inner service runs, and that future is copied
+/// into its box on every request.
+type Groups<'a, P> = Vec<Group<'a, P>>;
 
 /// Why admission stopped before the inner service.
 enum Stop<E> {
@@ -217,8 +223,31 @@ where
     }
 
     let mut decisions: Inline<Option<Decision>> = SmallVec::from_elem(None, resolved.len());
-    let mut groups: SmallVec<[Group<'_, L::Policy>; 2]> = SmallVec::new();
-    match evaluate(&config, &resolved, &checks, &mut decisions, &mut groups).await {
+    let mut groups: Groups<'_, L::Policy> = Vec::new();
+    // One group, or the enforced and the shadow checks apart (boxed: rare,
+    // and its state would otherwise enlarge every request's future).
+    let evaluated = if is_mixed(&checks) {
+        Box::pin(evaluate_mixed(
+            &config,
+            &resolved,
+            &checks,
+            &mut decisions,
+            &mut groups,
+        ))
+        .await
+    } else {
+        let positions: Inline<usize> = (0..checks.len()).collect();
+        evaluate_group(
+            &config,
+            &resolved,
+            &checks,
+            &positions,
+            &mut decisions,
+            &mut groups,
+        )
+        .await
+    };
+    match evaluated {
         Ok(()) => {}
         Err(Stop::Reject(response)) => return Ok(response),
         Err(Stop::FailOpen) => return inner.call(Request::from_parts(parts, body)).await,
@@ -244,7 +273,10 @@ where
         .as_ref()
         .filter(|_| reported.len() == config.rules.len());
     let fields = fields_for(config.fields, &reported, static_policy);
+    // What the inner service's future does not need is not kept beside it.
     drop(reported);
+    drop(decisions);
+    drop(checks);
     // Outer layers' context stays first: nested layers append.
     parts
         .extensions
@@ -255,14 +287,23 @@ where
     if let Some(charge) = &config.charge
         && !charge.counts(response.status(), response.headers())
     {
-        for group in &mut groups {
-            if let Some(receipt) = group.receipt.take() {
-                charge.refund(&config.limiter, &group.checks, receipt).await;
-            }
-        }
+        // Boxed, so that only a refunded request pays for the refunds' state.
+        Box::pin(refund_all(&**charge, &config.limiter, groups)).await;
     }
     prepend(response.headers_mut(), fields);
     Ok(response)
+}
+
+/// Gives back the receipt of every group of a request whose response does
+/// not count.
+async fn refund_all<L: Limiter>(
+    charge: &dyn Charge<L>,
+    limiter: &L,
+    groups: Groups<'_, L::Policy>,
+) {
+    for group in groups {
+        charge.refund(limiter, &group.checks, group.receipt).await;
+    }
 }
 
 /// The policies of the checks that apply to this request, in order.
@@ -323,34 +364,35 @@ fn selected<'a, P: runlimit_core::Policy + Advertise>(
     (PolicyRef::Selected(policy), MetaRef::Selected(meta))
 }
 
-/// Evaluates the enforced checks as one atomic batch, then, if they allowed
-/// the request, the shadow checks, so a shadow check never denies and never
-/// consumes for a request the enforced ones refused. Fills `decisions` (by
-/// position) and `groups` (for refunds).
-async fn evaluate<'a, L, M, ResBody>(
+fn is_shadow<P: runlimit_core::Policy>(check: &Check<'_, P>) -> bool {
+    check.policy().quota_mode() == QuotaMode::Shadow
+}
+
+/// Whether `checks` hold both enforced and shadow checks.
+fn is_mixed<P: runlimit_core::Policy>(checks: &[Check<'_, P>]) -> bool {
+    checks.iter().any(is_shadow) && !checks.iter().all(is_shadow)
+}
+
+/// Evaluates the enforced checks of a mixed set as one atomic batch, then,
+/// if they allowed the request, the shadow checks, so a shadow check never
+/// denies and never consumes for a request the enforced ones refused. Fills
+/// `decisions` (by position) and `groups` (for refunds).
+async fn evaluate_mixed<'a, L, M, ResBody>(
     config: &Config<L, M>,
     resolved: &[Resolved<'_, L::Policy>],
     checks: &[Check<'a, L::Policy>],
     decisions: &mut [Option<Decision>],
-    groups: &mut SmallVec<[Group<'a, L::Policy>; 2]>,
+    groups: &mut Groups<'a, L::Policy>,
 ) -> Result<(), Stop<Response<ResBody>>>
 where
     L: Limiter,
     L::Policy: Advertise + 'static,
     M: RejectionMapper<ResBody>,
 {
-    let shadow = |check: &Check<'_, L::Policy>| {
-        runlimit_core::Policy::quota_mode(check.policy()) == QuotaMode::Shadow
-    };
-    let mixed = checks.iter().any(shadow) && !checks.iter().all(shadow);
-    if !mixed {
-        let positions: Inline<usize> = (0..checks.len()).collect();
-        return evaluate_group(config, resolved, checks, &positions, decisions, groups).await;
-    }
     // Enforced first; shadow only if the enforced batch let the request through.
     for wants_shadow in [false, true] {
         let positions: Inline<usize> = (0..checks.len())
-            .filter(|&position| shadow(&checks[position]) == wants_shadow)
+            .filter(|&position| is_shadow(&checks[position]) == wants_shadow)
             .collect();
         let group: Inline<Check<'a, L::Policy>> =
             positions.iter().map(|&position| checks[position]).collect();
@@ -367,7 +409,7 @@ async fn evaluate_group<'a, L, M, ResBody>(
     group: &[Check<'a, L::Policy>],
     positions: &[usize],
     decisions: &mut [Option<Decision>],
-    groups: &mut SmallVec<[Group<'a, L::Policy>; 2]>,
+    groups: &mut Groups<'a, L::Policy>,
 ) -> Result<(), Stop<Response<ResBody>>>
 where
     L: Limiter,
@@ -401,10 +443,12 @@ where
             ));
         }
     };
-    groups.push(Group {
-        checks: group.iter().copied().collect(),
-        receipt,
-    });
+    if let Some(receipt) = receipt {
+        groups.push(Group {
+            checks: group.iter().copied().collect(),
+            receipt,
+        });
+    }
     let denied = |index: usize, denial: &Denial| {
         let policy = &resolved[positions[index]];
         Err(Stop::Reject(quota_rejection(

@@ -52,9 +52,9 @@ use http::{HeaderName, HeaderValue};
 use runlimit_core::{
     Decision, FixedWindowPolicy, GcraPolicy, Policy, SlidingWindowPolicy, ceil_seconds,
 };
-use std::fmt::Write as _;
 
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
+use smallvec::SmallVec;
 
 use crate::FieldError;
 
@@ -382,7 +382,11 @@ pub fn status_field(statuses: &[QuotaStatus]) -> Result<(HeaderName, HeaderValue
 pub fn status_field_for<'a>(
     decisions: impl IntoIterator<Item = (&'a PolicyName, &'a Decision)>,
 ) -> Option<(HeaderName, HeaderValue)> {
-    let mut text = String::with_capacity(64);
+    // Built on the stack (spilling only for long names) and copied once into
+    // the value's own allocation: a `String` handed to `Bytes` would cost a
+    // second allocation for its shared header whenever capacity exceeds length.
+    let mut text: SmallVec<[u8; 128]> = SmallVec::new();
+    let mut integers = itoa::Buffer::new();
     for (name, decision) in decisions {
         let Some((remaining, reset)) = quota_state(decision) else {
             continue;
@@ -392,16 +396,19 @@ pub fn status_field_for<'a>(
             continue;
         }
         if !text.is_empty() {
-            text.push_str(", ");
+            text.extend_from_slice(b", ");
         }
-        // Writing to a String cannot fail.
-        let _ = write!(text, "{};r={remaining};t={reset}", name.serialized);
+        text.extend_from_slice(name.serialized.as_bytes());
+        text.extend_from_slice(b";r=");
+        text.extend_from_slice(integers.format(remaining).as_bytes());
+        text.extend_from_slice(b";t=");
+        text.extend_from_slice(integers.format(reset).as_bytes());
     }
     if text.is_empty() {
         return None;
     }
-    // Printable ASCII by construction; handing over the buffer avoids a copy.
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+    // Printable ASCII by construction.
+    HeaderValue::from_bytes(&text)
         .ok()
         .map(|value| (RATELIMIT, value))
 }
