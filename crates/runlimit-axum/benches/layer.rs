@@ -16,6 +16,7 @@
 mod governed;
 #[path = "../examples/support/peer_key.rs"]
 mod peer_key;
+mod support;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -26,68 +27,26 @@ use axum::{
     Router,
     body::{Body, Bytes},
     extract::ConnectInfo,
-    routing::{get, post},
+    routing::post,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
-use governed::governed;
 use peer_key::peer_key;
 use runlimit_axum::{MissingMetadata, RateLimitLayer, RequestBody};
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+use support::hello::{request, routers};
 use tower::ServiceExt;
-
-fn hello() -> Router {
-    Router::new().route("/", get(|| async { "Hello, World!" }))
-}
-
-fn request(port: u16) -> http::Request<Body> {
-    let mut request = http::Request::get("/").body(Body::empty()).expect("valid");
-    request.extensions_mut().insert(ConnectInfo(SocketAddr::new(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        port,
-    )));
-    request
-}
 
 fn layer(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let policy = FixedWindowPolicy::new(
-        PolicyId::new("bench").expect("valid"),
-        ScopeId::new("client").expect("valid"),
-        MAX_LIMIT,
-        Duration::from_secs(3_600),
-    )
-    .expect("valid");
-    let hasher = KeyHasher::new(b"benchmark secret of at least 32 bytes").expect("valid");
-    let key = peer_key(hasher.prepared_for(&policy));
-    let limiter = MemoryStore::new(
-        MemoryStoreConfig::new(100_000)
-            .expect("valid")
-            .with_shard_count(16)
-            .expect("valid"),
-    );
-    let limited = hello()
-        .layer(RateLimitLayer::new(limiter).check(policy, key))
-        // Serving finalizes a router's state once (as `axum::serve` does), so
-        // layers are applied once, not per request.
-        .with_state(());
-    let bare = hello().with_state(());
-    let governor = governed(hello(), false).with_state(());
-    let governor_headers = governed(hello(), true).with_state(());
     let mut group = c.benchmark_group("hello_world");
     let mut port = 0u16;
-    for (name, router) in [
-        ("bare", bare),
-        ("limited", limited),
-        ("tower_governor", governor),
-        ("tower_governor_headers", governor_headers),
-    ] {
+    for (name, router) in routers() {
         group.bench_function(name, |b| {
             b.iter(|| {
-                // 32 peers, as `scripts/bench-http.sh` opens 32 connections.
-                port = (port + 1) % 32;
+                port = port.wrapping_add(1);
                 let response = runtime
                     .block_on(router.clone().oneshot(request(port)))
                     .expect("infallible");

@@ -1,0 +1,129 @@
+//! The layer's socket-free overhead against tower_governor's, in alternating
+//! rounds: the hello-world router called through `tower::ServiceExt::oneshot`
+//! bare, behind `RateLimitLayer` on the memory backend with its defaults, and
+//! behind tower_governor with its headers, plus the application's prepared
+//! HMAC key derivation alone. Each round measures every target (the order
+//! reversed every other round) and reports
+//!
+//! - Runlimit's overhead: limited − bare;
+//! - what it may cost: (tower_governor with headers − bare) + one key
+//!   derivation, since Runlimit's keys are HMACs and tower_governor's the raw
+//!   address;
+//!
+//! and the median of both and of their ratio over the rounds.
+//!
+//! Run with `cargo bench -p runlimit-axum --bench overhead` (`ROUNDS=N` for
+//! other than nine rounds).
+#![allow(missing_docs)]
+
+#[path = "../examples/support/governed.rs"]
+mod governed;
+#[path = "../examples/support/peer_key.rs"]
+mod peer_key;
+mod support;
+
+use std::{
+    hint::black_box,
+    time::{Duration, Instant},
+};
+
+use support::hello::{policy, prepared, request, routers};
+use tower::ServiceExt;
+
+/// Each target runs about this long per round...
+const TARGET_TIME: Duration = Duration::from_millis(400);
+/// ...in this many slices, taking turns with the others, so that a slow
+/// patch of this shared VM falls on every target alike.
+const SLICES: u32 = 40;
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// One request through `router`.
+fn serve(runtime: &tokio::runtime::Runtime, router: &axum::Router, port: u16) {
+    let response = runtime
+        .block_on(router.clone().oneshot(request(port)))
+        .expect("infallible");
+    assert!(response.status().is_success());
+}
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .unwrap_or(9);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let [(_, bare), (_, limited), _, (_, governor)] = routers();
+    let (policy, hasher) = (policy(), prepared());
+    // Target `target` called `calls` times (from port `first` on); seconds.
+    let run = |target: usize, calls: u32, first: &mut u16| {
+        let started = Instant::now();
+        for _ in 0..calls {
+            let port = *first;
+            *first = first.wrapping_add(1);
+            match target {
+                0 => serve(&runtime, &bare, port),
+                1 => serve(&runtime, &limited, port),
+                2 => serve(&runtime, &governor, port),
+                _ => {
+                    let mut subject = [0u8; 18];
+                    subject[16..].copy_from_slice(&port.to_be_bytes());
+                    black_box(hasher.hash_for(&policy, black_box(&subject)));
+                }
+            }
+        }
+        started.elapsed().as_secs_f64()
+    };
+
+    let mut port = 0u16;
+    // Calls per slice, from a warm-up of each target.
+    let calls: Vec<u32> = (0..4)
+        .map(|target| {
+            let seconds = run(target, 2_000, &mut port);
+            let per_slice = TARGET_TIME.as_secs_f64() / f64::from(SLICES);
+            // At most a few thousand calls a slice: the cast cannot truncate.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let calls = (per_slice * 2_000.0 / seconds).clamp(1.0, 1e6) as u32;
+            calls
+        })
+        .collect();
+    let (mut ours, mut allowed, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let mut seconds = [0.0f64; 4];
+        for slice in 0..SLICES {
+            let mut order = [0usize, 1, 2, 3];
+            if (slice + u32::try_from(round).unwrap_or(0)) % 2 == 1 {
+                order.reverse();
+            }
+            for target in order {
+                seconds[target] += run(target, calls[target], &mut port);
+            }
+        }
+        let times: Vec<f64> = (0..4)
+            .map(|target| seconds[target] * 1e9 / (f64::from(calls[target]) * f64::from(SLICES)))
+            .collect();
+        let (bare, limited, governor, key) = (times[0], times[1], times[2], times[3]);
+        let (overhead, budget) = (limited - bare, governor - bare + key);
+        println!(
+            "round {round}: bare {bare:.0} ns, limited {limited:.0} ns, tower_governor with headers \
+             {governor:.0} ns, key {key:.0} ns: overhead {overhead:.0} ns against \
+             {:.0} + {key:.0} = {budget:.0} ns ({:.2}x)",
+            governor - bare,
+            overhead / budget
+        );
+        ours.push(overhead);
+        allowed.push(budget);
+        ratios.push(overhead / budget);
+    }
+    println!(
+        "median over {rounds} rounds: overhead {:.0} ns, tower_governor with headers' plus the key \
+         {:.0} ns, ratio {:.2}x",
+        median(&mut ours),
+        median(&mut allowed),
+        median(&mut ratios)
+    );
+}

@@ -1,0 +1,3 @@
+//! What the layer benchmarks share.
+
+pub(crate) mod hello;
