@@ -772,22 +772,46 @@ impl PgPolicy for GcraPolicy {
         let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
-        let rows = sqlx::query(
-            "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
-             FROM runlimit_check_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY r_index",
-        )
-        .bind(counter_keys(checks))
-        .bind(lock_ids(checks))
-        .bind(column(|check| check.quota))
-        .bind(column(|check| check.increment.whole))
-        .bind(column(|check| check.increment.remainder))
-        .bind(column(|check| check.tolerance.whole))
-        .bind(column(|check| check.tolerance.remainder))
-        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
-        .bind(config.lock_timeout_ms())
-        .bind(config.relaxed_durability())
-        .fetch_all(connection)
-        .await?;
+        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
+        let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
+            // One check: the function of one row (decided under the row's
+            // lock when it exists), no arrays, no set to sort.
+            vec![
+                sqlx::query(
+                    "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+                     FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                )
+                .bind(check.counter_key().to_bytes().to_vec())
+                .bind(lock_id(check))
+                .bind(as_i64(one.quota))
+                .bind(as_i64(one.increment.whole))
+                .bind(as_i64(one.increment.remainder))
+                .bind(as_i64(one.tolerance.whole))
+                .bind(as_i64(one.tolerance.remainder))
+                .bind(max_rows)
+                .bind(config.lock_timeout_ms())
+                .bind(config.relaxed_durability())
+                .fetch_one(connection)
+                .await?,
+            ]
+        } else {
+            sqlx::query(
+                "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+                 FROM runlimit_check_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY r_index",
+            )
+            .bind(counter_keys(checks))
+            .bind(lock_ids(checks))
+            .bind(column(|check| check.quota))
+            .bind(column(|check| check.increment.whole))
+            .bind(column(|check| check.increment.remainder))
+            .bind(column(|check| check.tolerance.whole))
+            .bind(column(|check| check.tolerance.remainder))
+            .bind(max_rows)
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_all(connection)
+            .await?
+        };
         checks
             .iter()
             .zip(rows)

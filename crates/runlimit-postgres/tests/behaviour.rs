@@ -120,6 +120,38 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         .expect("check");
     let retry = denied.retry_after().expect("denied");
     assert!(retry <= window, "{retry:?}");
+
+    // GCRA too: the first check stores the arrival time on the real clock,
+    // the second is decided under the row's lock on the real clock (a clock
+    // of 2000 would put the stored arrival time decades ahead of it).
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    let one_a_minute = GcraPolicy::new(
+        PolicyId::new("hostile").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        window,
+        1,
+    )
+    .expect("valid");
+    let first = gcra
+        .check(&Check::new(&one_a_minute, key(1, 1)))
+        .await
+        .expect("check");
+    assert!(first.is_allowed());
+    let stored_on_the_real_clock: bool = sqlx::query_scalar(
+        "SELECT bool_and(expires_at > pg_catalog.clock_timestamp() \
+         AND expires_at <= pg_catalog.clock_timestamp() + interval '61 seconds') FROM runlimit_gcra",
+    )
+    .fetch_one(&migrated)
+    .await
+    .expect("query");
+    assert!(stored_on_the_real_clock);
+    let denied = gcra
+        .check(&Check::new(&one_a_minute, key(1, 1)))
+        .await
+        .expect("check");
+    let retry = denied.retry_after().expect("denied");
+    assert!(retry <= window, "{retry:?}");
     schema
         .admin()
         .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
@@ -175,14 +207,52 @@ async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
 /// delete the row under a single check waiting for it) end in clean answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_checks_batches_and_resets_of_one_key_interleave_cleanly() {
-    use runlimit_core::Lifecycle;
     let Some(schema) = common::schema("mixed_paths").await else {
         return;
     };
+    let shared = policy("shared", 100, Duration::from_secs(3_600));
+    let other = policy("other", 10_000, Duration::from_secs(3_600));
+    interleave_single_checks_batches_and_resets(&schema, shared, other, 100).await;
+}
+
+/// The same for GCRA: a burst of 100 replenishing one unit a day, so the test
+/// admits exactly the burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_gcra_checks_batches_and_resets_of_one_key_interleave_cleanly() {
+    let Some(schema) = common::schema("mixed_gcra_paths").await else {
+        return;
+    };
+    let daily = |name: &str, quota: u64, burst: u64| {
+        GcraPolicy::new(
+            PolicyId::new(name).expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            quota,
+            Duration::from_secs(86_400),
+            burst,
+        )
+        .expect("valid")
+    };
+    let (shared, other) = (daily("shared", 1, 100), daily("other", 10_000, 10_000));
+    interleave_single_checks_batches_and_resets(&schema, shared, other, 100).await;
+}
+
+/// From four pools, eight tasks each run eight admissions of one key of
+/// `shared`: alone, or in a batch with a key of `other` (which never denies).
+/// Exactly `limit` are admitted. Then resets of the key race single checks
+/// of it, and every one ends without an error.
+async fn interleave_single_checks_batches_and_resets<P>(
+    schema: &common::TestSchema,
+    shared: P,
+    other: P,
+    limit: usize,
+) where
+    P: runlimit_postgres::PgPolicy + Send + Sync + 'static,
+    PostgresLimiter<P>: runlimit_core::Lifecycle<Policy = P, Error = CheckError>,
+{
+    use runlimit_core::Lifecycle;
     schema.migrated_pool(1).await;
-    let shared = Arc::new(policy("shared", 100, Duration::from_secs(3_600)));
-    let other = Arc::new(policy("other", 10_000, Duration::from_secs(3_600)));
-    let limiters: Vec<_> = limiters_on_four_pools(&schema).await;
+    let (shared, other) = (Arc::new(shared), Arc::new(other));
+    let limiters: Vec<Arc<PostgresLimiter<P>>> = limiters_on_four_pools(schema).await;
     let admitted = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for (index, limiter) in limiters.iter().enumerate() {
@@ -213,7 +283,7 @@ async fn single_checks_batches_and_resets_of_one_key_interleave_cleanly() {
     for task in tasks {
         task.await.expect("task");
     }
-    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+    assert_eq!(admitted.load(Ordering::SeqCst), limit);
 
     let mut tasks = Vec::new();
     for limiter in &limiters {
@@ -239,12 +309,12 @@ async fn single_checks_batches_and_resets_of_one_key_interleave_cleanly() {
 }
 
 /// Four limiters on pools of their own.
-async fn limiters_on_four_pools(
+async fn limiters_on_four_pools<P: runlimit_postgres::PgPolicy>(
     schema: &common::TestSchema,
-) -> Vec<Arc<PostgresLimiter<FixedWindowPolicy>>> {
+) -> Vec<Arc<PostgresLimiter<P>>> {
     let mut limiters = Vec::new();
     for _ in 0..4 {
-        limiters.push(Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
+        limiters.push(Arc::new(PostgresLimiter::<P>::new(
             schema.pool(4).await,
             PostgresConfig::default()
                 .with_operation_timeout(Duration::from_secs(10))
