@@ -55,13 +55,13 @@
 //! reserves capacity for new keys in a 256-shard ledger (shards locked in
 //! ascending order), and writes only when every check is allowed, committing as
 //! the statement ends. The number of statements does not grow with the batch.
-//! A single fixed-window or GCRA check of a counter that already has a row
+//! A single check of a counter that already has a row
 //! skips the advisory lock and the ledger: it locks the row, samples the
 //! clock, and decides and writes under that lock alone, which orders it with
 //! every admission, refund, reset and cleanup of the counter. It takes no
 //! lock after the row's, so it never waits in a cycle with the general path;
 //! a row deleted while it waits sends it down the general path. Sliding
-//! windows always take the general path.
+//! windows do the same.
 //!
 //! # Refund, peek and reset
 //!
@@ -211,7 +211,8 @@ pub use migrate::{
     BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL, CREATE_RUNLIMIT_FIXED_WINDOWS_SQL,
     CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL,
     CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL, CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL,
-    DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL, DECIDE_SINGLE_GCRA_CHECKS_UNDER_THE_ROW_LOCK_SQL,
+    DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL,
+    DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL,
     KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL, MIGRATOR,
     SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
 };

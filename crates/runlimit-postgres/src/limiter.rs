@@ -942,20 +942,47 @@ impl PgPolicy for SlidingWindowPolicy {
             .collect();
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
-        let rows = sqlx::query(
-            "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
-             FROM runlimit_check_sliding_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
-        )
-        .bind(counter_keys(checks))
-        .bind(lock_ids(checks))
-        .bind(limits)
-        .bind(sub_windows)
-        .bind(costs)
-        .bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
-        .bind(config.lock_timeout_ms())
-        .bind(config.relaxed_durability())
-        .fetch_all(connection)
-        .await?;
+        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
+        let rows = if let ([check], [limit], [sub_window], [cost]) = (
+            checks,
+            limits.as_slice(),
+            sub_windows.as_slice(),
+            costs.as_slice(),
+        ) {
+            // One check: the function of one row (decided under the row's
+            // lock when it exists), no arrays, no set to sort.
+            vec![
+                sqlx::query(
+                    "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+                     FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(check.counter_key().to_bytes().to_vec())
+                .bind(lock_id(check))
+                .bind(*limit)
+                .bind(*sub_window)
+                .bind(*cost)
+                .bind(max_rows)
+                .bind(config.lock_timeout_ms())
+                .bind(config.relaxed_durability())
+                .fetch_one(connection)
+                .await?,
+            ]
+        } else {
+            sqlx::query(
+                "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+                 FROM runlimit_check_sliding_windows($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+            )
+            .bind(counter_keys(checks))
+            .bind(lock_ids(checks))
+            .bind(limits)
+            .bind(sub_windows)
+            .bind(costs)
+            .bind(max_rows)
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+            .fetch_all(connection)
+            .await?
+        };
         checks
             .iter()
             .zip(rows)

@@ -49,10 +49,11 @@ pub const CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL: &str =
 pub const DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str =
     include_str!("../migrations/20260101000009_decide_single_checks_under_the_row_lock.sql");
 
-/// Decides a single GCRA check of an existing row under that row's lock
-/// alone.
-pub const DECIDE_SINGLE_GCRA_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str =
-    include_str!("../migrations/20260101000010_decide_single_gcra_checks_under_the_row_lock.sql");
+/// Decides a single GCRA or sliding-window check of an existing row under
+/// that row's lock alone.
+pub const DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str = include_str!(
+    "../migrations/20260101000010_decide_single_gcra_and_sliding_checks_under_the_row_lock.sql"
+);
 
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same

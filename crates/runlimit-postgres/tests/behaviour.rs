@@ -13,7 +13,9 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId};
+use runlimit_core::{
+    Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SlidingWindowPolicy,
+};
 use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
 use sqlx::Executor;
 
@@ -152,6 +154,28 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         .expect("check");
     let retry = denied.retry_after().expect("denied");
     assert!(retry <= window, "{retry:?}");
+
+    // And sliding windows: a clock of 2000 would judge the second check
+    // against an eighth decades before the stored one.
+    let sliding = PostgresLimiter::<SlidingWindowPolicy>::new(pool.clone(), fast_config());
+    let one_a_minute = SlidingWindowPolicy::new(
+        PolicyId::new("hostile").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        window,
+    )
+    .expect("valid");
+    let first = sliding
+        .check(&Check::new(&one_a_minute, key(1, 1)))
+        .await
+        .expect("check");
+    assert!(first.is_allowed());
+    let denied = sliding
+        .check(&Check::new(&one_a_minute, key(1, 1)))
+        .await
+        .expect("check");
+    let retry = denied.retry_after().expect("denied");
+    assert!(retry <= window + window / 8, "{retry:?}");
     schema
         .admin()
         .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
@@ -233,6 +257,25 @@ async fn single_gcra_checks_batches_and_resets_of_one_key_interleave_cleanly() {
         .expect("valid")
     };
     let (shared, other) = (daily("shared", 1, 100), daily("other", 10_000, 10_000));
+    interleave_single_checks_batches_and_resets(&schema, shared, other, 100).await;
+}
+
+/// The same for sliding windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_sliding_checks_batches_and_resets_of_one_key_interleave_cleanly() {
+    let Some(schema) = common::schema("mixed_sliding_paths").await else {
+        return;
+    };
+    let hourly = |name: &str, limit: u64| {
+        SlidingWindowPolicy::new(
+            PolicyId::new(name).expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            limit,
+            Duration::from_secs(3_600),
+        )
+        .expect("valid")
+    };
+    let (shared, other) = (hourly("shared", 100), hourly("other", 10_000));
     interleave_single_checks_batches_and_resets(&schema, shared, other, 100).await;
 }
 
