@@ -55,13 +55,12 @@
 //! reserves capacity for new keys in a 256-shard ledger (shards locked in
 //! ascending order), and writes only when every check is allowed, committing as
 //! the statement ends. The number of statements does not grow with the batch.
-//! A single check of a counter that already has a row
-//! skips the advisory lock and the ledger: it locks the row, samples the
-//! clock, and decides and writes under that lock alone, which orders it with
-//! every admission, refund, reset and cleanup of the counter. It takes no
-//! lock after the row's, so it never waits in a cycle with the general path;
-//! a row deleted while it waits sends it down the general path. Sliding
-//! windows do the same.
+//! A single check of a counter that already has a row (any algorithm) skips
+//! the advisory lock and the ledger: it locks the row, samples the clock, and
+//! decides and writes under that lock alone, which orders it with every
+//! admission, refund, reset and cleanup of the counter. It takes no lock
+//! after the row's, so it never waits in a cycle with the general path; a
+//! row deleted while it waits sends it down the general path.
 //!
 //! # Refund, peek and reset
 //!

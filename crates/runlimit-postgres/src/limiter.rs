@@ -17,7 +17,7 @@ use runlimit_core::{
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
 };
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Postgres, Row, postgres::PgArguments, query::Query};
 
 use crate::{
     config::PostgresConfig,
@@ -569,6 +569,21 @@ fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The parameters every admission function takes last: the rows a capacity
+/// shard may hold, the lock timeout, and whether commits may skip the
+/// write-ahead-log flush.
+trait BindSettings {
+    fn bind_settings(self, config: &PostgresConfig) -> Self;
+}
+
+impl BindSettings for Query<'_, Postgres, PgArguments> {
+    fn bind_settings(self, config: &PostgresConfig) -> Self {
+        self.bind(i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX))
+            .bind(config.lock_timeout_ms())
+            .bind(config.relaxed_durability())
+    }
+}
+
 fn as_i64(value: u64) -> i64 {
     // Every value passed is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -613,7 +628,6 @@ impl PgPolicy for FixedWindowPolicy {
         let window_us =
             |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
         let cost = |check: &Check<'_, Self>| as_i64(check.cost());
-        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
         let rows = if let [check] = checks {
             // One check: the function of one row, no arrays to build, no set
             // to sort.
@@ -627,9 +641,7 @@ impl PgPolicy for FixedWindowPolicy {
                 .bind(limit(check))
                 .bind(window_us(check))
                 .bind(cost(check))
-                .bind(max_rows)
-                .bind(config.lock_timeout_ms())
-                .bind(config.relaxed_durability())
+                .bind_settings(config)
                 .fetch_one(connection)
                 .await?,
             ]
@@ -643,9 +655,7 @@ impl PgPolicy for FixedWindowPolicy {
             .bind(checks.iter().map(limit).collect::<Vec<_>>())
             .bind(checks.iter().map(window_us).collect::<Vec<_>>())
             .bind(checks.iter().map(cost).collect::<Vec<_>>())
-            .bind(max_rows)
-            .bind(config.lock_timeout_ms())
-            .bind(config.relaxed_durability())
+            .bind_settings(config)
             .fetch_all(connection)
             .await?
         };
@@ -772,7 +782,6 @@ impl PgPolicy for GcraPolicy {
         let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
-        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
         let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
@@ -788,9 +797,7 @@ impl PgPolicy for GcraPolicy {
                 .bind(as_i64(one.increment.remainder))
                 .bind(as_i64(one.tolerance.whole))
                 .bind(as_i64(one.tolerance.remainder))
-                .bind(max_rows)
-                .bind(config.lock_timeout_ms())
-                .bind(config.relaxed_durability())
+                .bind_settings(config)
                 .fetch_one(connection)
                 .await?,
             ]
@@ -806,9 +813,7 @@ impl PgPolicy for GcraPolicy {
             .bind(column(|check| check.increment.remainder))
             .bind(column(|check| check.tolerance.whole))
             .bind(column(|check| check.tolerance.remainder))
-            .bind(max_rows)
-            .bind(config.lock_timeout_ms())
-            .bind(config.relaxed_durability())
+            .bind_settings(config)
             .fetch_all(connection)
             .await?
         };
@@ -942,7 +947,6 @@ impl PgPolicy for SlidingWindowPolicy {
             .collect();
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
-        let max_rows = i32::try_from(config.max_rows_per_shard()).unwrap_or(i32::MAX);
         let rows = if let ([check], [limit], [sub_window], [cost]) = (
             checks,
             limits.as_slice(),
@@ -961,9 +965,7 @@ impl PgPolicy for SlidingWindowPolicy {
                 .bind(*limit)
                 .bind(*sub_window)
                 .bind(*cost)
-                .bind(max_rows)
-                .bind(config.lock_timeout_ms())
-                .bind(config.relaxed_durability())
+                .bind_settings(config)
                 .fetch_one(connection)
                 .await?,
             ]
@@ -977,9 +979,7 @@ impl PgPolicy for SlidingWindowPolicy {
             .bind(limits)
             .bind(sub_windows)
             .bind(costs)
-            .bind(max_rows)
-            .bind(config.lock_timeout_ms())
-            .bind(config.relaxed_durability())
+            .bind_settings(config)
             .fetch_all(connection)
             .await?
         };

@@ -123,10 +123,9 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
     let retry = denied.retry_after().expect("denied");
     assert!(retry <= window, "{retry:?}");
 
-    // GCRA too: the first check stores the arrival time on the real clock,
-    // the second is decided under the row's lock on the real clock (a clock
-    // of 2000 would put the stored arrival time decades ahead of it).
-    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    // GCRA and sliding windows too: the first check stores its state on the
+    // real clock, the second is decided under the row's lock on the real
+    // clock (a clock of 2000 would put the stored state decades ahead).
     let one_a_minute = GcraPolicy::new(
         PolicyId::new("hostile").expect("valid"),
         ScopeId::new("client").expect("valid"),
@@ -135,11 +134,8 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         1,
     )
     .expect("valid");
-    let first = gcra
-        .check(&Check::new(&one_a_minute, key(1, 1)))
-        .await
-        .expect("check");
-    assert!(first.is_allowed());
+    let retry = second_of_two_checks(&pool, &one_a_minute).await;
+    assert!(retry <= window, "{retry:?}");
     let stored_on_the_real_clock: bool = sqlx::query_scalar(
         "SELECT bool_and(expires_at > pg_catalog.clock_timestamp() \
          AND expires_at <= pg_catalog.clock_timestamp() + interval '61 seconds') FROM runlimit_gcra",
@@ -148,16 +144,6 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
     .await
     .expect("query");
     assert!(stored_on_the_real_clock);
-    let denied = gcra
-        .check(&Check::new(&one_a_minute, key(1, 1)))
-        .await
-        .expect("check");
-    let retry = denied.retry_after().expect("denied");
-    assert!(retry <= window, "{retry:?}");
-
-    // And sliding windows: a clock of 2000 would judge the second check
-    // against an eighth decades before the stored one.
-    let sliding = PostgresLimiter::<SlidingWindowPolicy>::new(pool.clone(), fast_config());
     let one_a_minute = SlidingWindowPolicy::new(
         PolicyId::new("hostile").expect("valid"),
         ScopeId::new("client").expect("valid"),
@@ -165,22 +151,34 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         window,
     )
     .expect("valid");
-    let first = sliding
-        .check(&Check::new(&one_a_minute, key(1, 1)))
-        .await
-        .expect("check");
-    assert!(first.is_allowed());
-    let denied = sliding
-        .check(&Check::new(&one_a_minute, key(1, 1)))
-        .await
-        .expect("check");
-    let retry = denied.retry_after().expect("denied");
+    // A sliding window frees a unit at most an eighth late.
+    let retry = second_of_two_checks(&pool, &one_a_minute).await;
     assert!(retry <= window + window / 8, "{retry:?}");
     schema
         .admin()
         .execute(format!("DROP SCHEMA {hostile} CASCADE").as_str())
         .await
         .ok();
+}
+
+/// Two checks of one key under `policy`, which admits one: the first is
+/// allowed, and the second's retry (it must be denied) is returned.
+async fn second_of_two_checks<P>(pool: &sqlx::PgPool, policy: &P) -> Duration
+where
+    P: runlimit_postgres::PgPolicy,
+    PostgresLimiter<P>: Limiter<Policy = P, Error = CheckError>,
+{
+    let limiter = PostgresLimiter::<P>::new(pool.clone(), fast_config());
+    let first = limiter
+        .check(&Check::new(policy, key(1, 1)))
+        .await
+        .expect("check");
+    assert!(first.is_allowed());
+    let second = limiter
+        .check(&Check::new(policy, key(1, 1)))
+        .await
+        .expect("check");
+    second.retry_after().expect("denied")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
