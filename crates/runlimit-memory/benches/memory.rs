@@ -19,22 +19,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use runlimit_core::{Check, SubjectKey};
 use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
-use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, subject};
+use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, random_indices, subject};
 
 const SEQUENCE: usize = 1 << 20;
-
-/// A fixed pseudo-random sequence of key indices, the same for every contender.
-fn random_indices() -> Vec<usize> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..SEQUENCE)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
-        })
-        .collect()
-}
 
 fn hot_key(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_key_allowed");
@@ -79,7 +66,7 @@ fn hot_key(c: &mut Criterion) {
 fn random_keys(c: &mut Criterion) {
     let mut group = c.benchmark_group("random_100k_keys_allowed");
     group.throughput(Throughput::Elements(1));
-    let indices = random_indices();
+    let indices = random_indices(SEQUENCE);
     let keys: Vec<SubjectKey> = (0..RANDOM_KEYS as u64).map(subject).collect();
     let policy = gcra_policy();
     let store = GcraStore::new(MemoryStoreConfig::new(RANDOM_KEYS).expect("valid"));

@@ -35,7 +35,9 @@ use runlimit_core::{Check, Policy, Receipt, SubjectKey};
 use runlimit_memory::{
     Algorithm, GcraStore, MemoryStore, MemoryStoreConfig, SlidingWindowStore, Store,
 };
-use support::{RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, sliding_policy, subject};
+use support::{
+    RANDOM_KEYS, fixed_policy, gcra_policy, governor_quota, random_indices, sliding_policy, subject,
+};
 
 const ROUNDS: usize = 9;
 const CHECKS_PER_THREAD: u64 = 2_000_000;
@@ -255,15 +257,7 @@ fn sliding() {
             .check(&Check::new(&sliding, *key))
             .expect("ok");
     }
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let indices: Vec<usize> = (0..CALLS_PER_ROUND)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
-        })
-        .collect();
+    let indices = random_indices(usize::try_from(CALLS_PER_ROUND).expect("fits"));
     let random = |work: &dyn Fn(SubjectKey)| {
         let mut position = 0;
         per_call(|| {
@@ -394,6 +388,58 @@ fn per_thread_call(work: &Work, threads: usize, calls: usize) -> f64 {
 
 /// One path, measured on both sides. `prepare` builds each side's work afresh
 /// for a round (the flood needs empty maps), untimed.
+/// Checks of one stored key, which the store holds before the first call.
+fn hot_checks<A: Algorithm>(store: Store<A>, policy: Arc<A::Policy>) -> Work
+where
+    A::Policy: Send + Sync + 'static,
+{
+    let key = subject(0);
+    store.check(&Check::new(&*policy, key)).expect("ok");
+    Arc::new(move |_, _| {
+        black_box(
+            store
+                .check(&Check::new(&*policy, black_box(key)))
+                .expect("ok"),
+        );
+    })
+}
+
+/// Checks of `keys` in `order` (each thread from its own offset), all of
+/// which the store holds before the first call.
+fn random_checks<A: Algorithm>(
+    store: Store<A>,
+    policy: Arc<A::Policy>,
+    keys: Arc<Vec<SubjectKey>>,
+    order: Arc<Vec<usize>>,
+) -> Work
+where
+    A::Policy: Send + Sync + 'static,
+{
+    for key in keys.iter() {
+        store.check(&Check::new(&*policy, *key)).expect("ok");
+    }
+    Arc::new(move |thread, call| {
+        let index = order[(call + thread * 7_919) % order.len()];
+        black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
+    })
+}
+
+/// Checks of keys the store has never seen: `keys` holds `FLOOD_KEYS` for
+/// each thread.
+fn flood_checks<A: Algorithm>(
+    store: Store<A>,
+    policy: Arc<A::Policy>,
+    keys: Arc<Vec<SubjectKey>>,
+) -> Work
+where
+    A::Policy: Send + Sync + 'static,
+{
+    Arc::new(move |thread, call| {
+        let key = keys[thread * FLOOD_KEYS + call];
+        black_box(store.check(&Check::new(&*policy, key)).expect("ok"));
+    })
+}
+
 struct Path {
     name: &'static str,
     threads: usize,
@@ -442,18 +488,8 @@ fn against_governor() {
         Arc::new(flood_keys.iter().map(|key| *key.as_bytes()).collect());
     // The same pseudo-random key order on both sides; a thread starts at its
     // own offset in it.
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let order: Arc<Vec<usize>> = Arc::new(
-        (0..CHECKS_PER_THREAD)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
-            })
-            .collect(),
-    );
     let calls = usize::try_from(CHECKS_PER_THREAD).expect("fits");
+    let order: Arc<Vec<usize>> = Arc::new(random_indices(calls));
 
     let mut paths: Vec<Path> = Vec::new();
     for threads in [1, 2] {
@@ -478,34 +514,12 @@ fn against_governor() {
             let policy = Arc::clone(fixed);
             paths.push(hot(
                 "fixed window",
-                Box::new(move || {
-                    let (store, policy) = (MemoryStore::new(default_config), Arc::clone(&policy));
-                    let key = subject(0);
-                    store.check(&Check::new(&*policy, key)).expect("ok");
-                    Arc::new(move |_, _| {
-                        black_box(
-                            store
-                                .check(&Check::new(&*policy, black_box(key)))
-                                .expect("ok"),
-                        );
-                    })
-                }),
+                Box::new(move || hot_checks(MemoryStore::new(default_config), Arc::clone(&policy))),
             ));
             let policy = Arc::clone(gcra);
             paths.push(hot(
                 "GCRA",
-                Box::new(move || {
-                    let (store, policy) = (GcraStore::new(default_config), Arc::clone(&policy));
-                    let key = subject(0);
-                    store.check(&Check::new(&*policy, key)).expect("ok");
-                    Arc::new(move |_, _| {
-                        black_box(
-                            store
-                                .check(&Check::new(&*policy, black_box(key)))
-                                .expect("ok"),
-                        );
-                    })
-                }),
+                Box::new(move || hot_checks(GcraStore::new(default_config), Arc::clone(&policy))),
             ));
         }
         let config = if threads == 1 {
@@ -540,16 +554,12 @@ fn against_governor() {
             threads,
             calls,
             prepare: Box::new(move || {
-                let store = MemoryStore::new(config);
-                for key in keys_.iter() {
-                    store.check(&Check::new(&*policy, *key)).expect("ok");
-                }
-                let (policy, keys, order) =
-                    (Arc::clone(&policy), Arc::clone(&keys_), Arc::clone(&order_));
-                let runlimit: Work = Arc::new(move |thread, call| {
-                    let index = order[(call + thread * 7_919) % order.len()];
-                    black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
-                });
+                let runlimit = random_checks(
+                    MemoryStore::new(config),
+                    Arc::clone(&policy),
+                    Arc::clone(&keys_),
+                    Arc::clone(&order_),
+                );
                 (runlimit, governor())
             }),
         });
@@ -565,16 +575,12 @@ fn against_governor() {
             threads,
             calls,
             prepare: Box::new(move || {
-                let store = GcraStore::new(config);
-                for key in keys_.iter() {
-                    store.check(&Check::new(&*policy, *key)).expect("ok");
-                }
-                let (policy, keys, order) =
-                    (Arc::clone(&policy), Arc::clone(&keys_), Arc::clone(&order_));
-                let runlimit: Work = Arc::new(move |thread, call| {
-                    let index = order[(call + thread * 7_919) % order.len()];
-                    black_box(store.check(&Check::new(&*policy, keys[index])).expect("ok"));
-                });
+                let runlimit = random_checks(
+                    GcraStore::new(config),
+                    Arc::clone(&policy),
+                    Arc::clone(&keys_),
+                    Arc::clone(&order_),
+                );
                 (runlimit, governor_random())
             }),
         });
@@ -618,30 +624,22 @@ fn against_governor() {
         paths.push(flood(
             "fixed window",
             Box::new(move || {
-                let (store, policy, keys) = (
+                flood_checks(
                     MemoryStore::new(flood_config),
                     Arc::clone(&policy),
                     Arc::clone(&keys),
-                );
-                Arc::new(move |thread, call| {
-                    let key = keys[thread * FLOOD_KEYS + call];
-                    black_box(store.check(&Check::new(&*policy, key)).expect("ok"));
-                })
+                )
             }),
         ));
         let (policy, keys) = (Arc::clone(&hourly_gcra), Arc::clone(&flood_keys));
         paths.push(flood(
             "GCRA",
             Box::new(move || {
-                let (store, policy, keys) = (
+                flood_checks(
                     GcraStore::new(flood_config),
                     Arc::clone(&policy),
                     Arc::clone(&keys),
-                );
-                Arc::new(move |thread, call| {
-                    let key = keys[thread * FLOOD_KEYS + call];
-                    black_box(store.check(&Check::new(&*policy, key)).expect("ok"));
-                })
+                )
             }),
         ));
     }

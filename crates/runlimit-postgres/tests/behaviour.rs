@@ -89,8 +89,10 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
     runlimit_postgres::migrate(&migrated)
         .await
         .expect("migrate");
+    // pg_catalog named after the hostile schema: left out, it would be
+    // searched first and no function could stand in for the clock at all.
     let pool = schema
-        .pool_with_path(2, &format!("{hostile}, {}", schema.name))
+        .pool_with_path(2, &format!("{hostile}, pg_catalog, {}", schema.name))
         .await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let window = Duration::from_secs(60);

@@ -11,6 +11,20 @@ use runlimit_core::{
 /// Distinct keys in the random-key benchmarks.
 pub(crate) const RANDOM_KEYS: usize = 100_000;
 
+/// `len` pseudo-random indices below [`RANDOM_KEYS`], the same sequence on
+/// every call, so every contender sees the same key order.
+pub(crate) fn random_indices(len: usize) -> Vec<usize> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            usize::try_from(state % RANDOM_KEYS as u64).expect("fits")
+        })
+        .collect()
+}
+
 /// The subject key numbered `n`.
 pub(crate) fn subject(n: u64) -> SubjectKey {
     // Spread like HMAC output: every byte depends on n.
