@@ -46,7 +46,8 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    /// The counter's raw reading at the origin.
+    origin: u64,
 }
 
 impl SystemClock {
@@ -54,8 +55,17 @@ impl SystemClock {
     #[must_use]
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let origin = clock.now();
+        let origin = clock.raw();
         Self { clock, origin }
+    }
+
+    /// Whole milliseconds since the origin, in nanoseconds: the raw counter
+    /// scaled once, with no `Duration` on the way (the stores count in
+    /// nanoseconds).
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        let nanos = self.clock.delta_as_nanos(self.origin, self.clock.raw());
+        nanos - nanos % 1_000_000
     }
 }
 
@@ -68,9 +78,52 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        let elapsed = self.clock.now().duration_since(self.origin);
-        let nanos = elapsed.subsec_nanos();
-        Duration::new(elapsed.as_secs(), nanos - nanos % 1_000_000)
+        Duration::from_nanos(self.now_nanos())
+    }
+}
+
+/// The clock a store reads: the system clock called directly, so that a
+/// check makes no virtual call and converts no `Duration` on its hot path
+/// (measured 5–10% of a hot-key fixed-window check, BENCHMARKS.md), or an
+/// injected one behind the trait.
+#[derive(Clone)]
+pub(crate) enum StoreClock {
+    System(SystemClock),
+    Injected(Arc<dyn Clock>),
+}
+
+impl StoreClock {
+    pub(crate) fn injected(clock: impl Clock) -> Self {
+        Self::Injected(Arc::new(clock))
+    }
+
+    /// Nanoseconds since the clock's origin (saturating after 584 years).
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        match self {
+            Self::System(clock) => clock.now_nanos(),
+            Self::Injected(clock) => {
+                let now = clock.now();
+                now.as_secs()
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(u64::from(now.subsec_nanos()))
+            }
+        }
+    }
+}
+
+impl Default for StoreClock {
+    fn default() -> Self {
+        Self::System(SystemClock::new())
+    }
+}
+
+impl fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::System(clock) => clock.fmt(f),
+            Self::Injected(clock) => clock.fmt(f),
+        }
     }
 }
 
@@ -129,13 +182,25 @@ impl Clock for ManualClock {
 
 #[cfg(test)]
 mod tests {
-    use super::{Clock, SystemClock};
+    use super::{Clock, ManualClock, StoreClock, SystemClock};
+    use std::time::Duration;
 
     #[test]
     fn the_system_clock_ticks_in_whole_milliseconds() {
         let clock = SystemClock::new();
         for _ in 0..1_000 {
             assert_eq!(clock.now().subsec_nanos() % 1_000_000, 0);
+            assert_eq!(clock.now_nanos() % 1_000_000, 0);
         }
+    }
+
+    #[test]
+    fn a_store_reads_an_injected_clock_in_nanoseconds() {
+        let manual = ManualClock::new();
+        let clock = StoreClock::injected(manual.clone());
+        manual.advance(Duration::new(3, 250));
+        assert_eq!(clock.now_nanos(), 3_000_000_250);
+        manual.set(Duration::MAX);
+        assert_eq!(clock.now_nanos(), u64::MAX);
     }
 }

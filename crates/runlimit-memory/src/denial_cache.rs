@@ -31,7 +31,7 @@ use crate::{
         sealed::{Align32, Packed},
         unpack_low,
     },
-    clock::{Clock, SystemClock},
+    clock::{Clock, StoreClock},
     config::MemoryStoreConfig,
     shard::Shard,
     table::StoreKey,
@@ -151,7 +151,7 @@ pub struct DenialCacheStats {
 pub struct DenialCache {
     shards: Box<[Shard<CachedDenial>]>,
     config: MemoryStoreConfig,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     hits: AtomicU64,
     refused: AtomicU64,
 }
@@ -176,7 +176,7 @@ impl DenialCache {
         Self {
             shards,
             config,
-            clock: Arc::new(SystemClock::new()),
+            clock: StoreClock::default(),
             hits: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
@@ -187,7 +187,7 @@ impl DenialCache {
     /// check: cached retry times are measured on the previous clock.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = StoreClock::injected(clock);
         self
     }
 
@@ -218,10 +218,7 @@ impl DenialCache {
     }
 
     fn now(&self) -> u64 {
-        let now = self.clock.now();
-        now.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(now.subsec_nanos()))
+        self.clock.now_nanos()
     }
 
     fn shard(&self, key: &StoreKey) -> (usize, &Shard<CachedDenial>) {

@@ -20,7 +20,7 @@ use crate::{
         Algorithm,
         sealed::{Credit, Evaluation, Packed},
     },
-    clock::{Clock, SystemClock},
+    clock::{Clock, StoreClock},
     config::MemoryStoreConfig,
     error::MemoryStoreError,
     shard::{ExclusiveTable, Shard, SharedTable},
@@ -36,7 +36,7 @@ use crate::{
 pub struct Store<A: Algorithm> {
     shards: Box<[Shard<A::State>]>,
     config: MemoryStoreConfig,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -83,7 +83,7 @@ impl<A: Algorithm> Store<A> {
         Self {
             shards,
             config,
-            clock: Arc::new(SystemClock::new()),
+            clock: StoreClock::default(),
             observer: None,
         }
     }
@@ -93,7 +93,7 @@ impl<A: Algorithm> Store<A> {
     /// check: stored deadlines are measured on the previous clock.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = StoreClock::injected(clock);
         self
     }
 
@@ -718,11 +718,7 @@ impl<A: Algorithm> Store<A> {
 
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let now = self.clock.now();
-        // Saturates after 584 years of uptime.
-        now.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(now.subsec_nanos()))
+        self.clock.now_nanos()
     }
 
     fn clean(
