@@ -2,7 +2,7 @@
 
 use std::{
     fmt,
-    sync::Arc,
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     task::{Context, Poll},
 };
 
@@ -25,26 +25,92 @@ use crate::{
 
 /// The service [`RateLimitLayer`](crate::RateLimitLayer) produces.
 pub struct RateLimitService<S, L: Limiter, M, B = HeadKeyed> {
-    inner: S,
-    config: Arc<Config<L, M>>,
+    /// The instance the next call hands to its admission: taken by `call`,
+    /// and made again from the spare only if this service is used again.
+    inner: Option<S>,
+    shared: Arc<Shared<S, L, M>>,
     body: B,
+}
+
+/// What every clone of one layered service shares.
+struct Shared<S, L: Limiter, M> {
+    config: Arc<Config<L, M>>,
+    /// An instance of the inner service to clone when a `RateLimitService`
+    /// whose instance went to a call is polled or cloned again.
+    ///
+    /// Admission runs before the inner service is called, so each call owns
+    /// an instance of it. Cloning a replacement on every call, as Tower's
+    /// readiness contract would otherwise need, costs a clone of the inner
+    /// service per request (for an axum route, an allocation) that frameworks
+    /// which clone the whole service per request, as axum and tonic do, never
+    /// use. Behind a mutex so that the service stays `Send` and `Sync`
+    /// whenever the inner service is, as it was. Set by the first call, before
+    /// it takes its instance.
+    spare: OnceLock<Mutex<S>>,
 }
 
 impl<S, L: Limiter, M, B> RateLimitService<S, L, M, B> {
     pub(crate) fn new(inner: S, config: Arc<Config<L, M>>, body: B) -> Self {
         Self {
-            inner,
-            config,
+            shared: Arc::new(Shared {
+                config,
+                spare: OnceLock::new(),
+            }),
+            inner: Some(inner),
             body,
         }
+    }
+}
+
+impl<S: Clone, L: Limiter, M> Shared<S, L, M> {
+    /// A fresh instance of the inner service, from the spare.
+    fn spare_instance(&self) -> S {
+        let spare = self
+            .spare
+            .get()
+            // The spare is set before any call takes an instance, and only a
+            // call leaves a service without one.
+            .expect("a service without an instance has had a call, which set the spare");
+        // A panicking `S::clone` cannot leave the spare half-changed: it is
+        // only read.
+        spare.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl<S: Clone, L: Limiter, M, B> RateLimitService<S, L, M, B> {
+    /// The instance this call takes, after making sure that a spare exists
+    /// for whatever uses this service next.
+    fn take_instance(&mut self) -> S {
+        // The spare is cloned before the instance is taken, so a panicking
+        // `S::clone` leaves this service as it was.
+        if let Some(ready) = &self.inner
+            && self.shared.spare.get().is_none()
+        {
+            let _ = self.shared.spare.set(Mutex::new(ready.clone()));
+        }
+        // Without an instance the call was not preceded by poll_ready, against
+        // the contract: it gets a fresh one.
+        self.inner
+            .take()
+            .unwrap_or_else(|| self.shared.spare_instance())
+    }
+
+    /// The instance the next call will use.
+    fn instance(&mut self) -> &mut S {
+        let shared = &self.shared;
+        self.inner.get_or_insert_with(|| shared.spare_instance())
     }
 }
 
 impl<S: Clone, L: Limiter, M, B: Copy> Clone for RateLimitService<S, L, M, B> {
     fn clone(&self) -> Self {
         Self {
-            inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
+            inner: Some(
+                self.inner
+                    .clone()
+                    .unwrap_or_else(|| self.shared.spare_instance()),
+            ),
+            shared: Arc::clone(&self.shared),
             body: self.body,
         }
     }
@@ -54,7 +120,7 @@ impl<S: fmt::Debug, L: Limiter, M, B: fmt::Debug> fmt::Debug for RateLimitServic
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
-            .field("checks", &self.config.rules.len())
+            .field("checks", &self.shared.config.rules.len())
             .field("body", &self.body)
             .finish_non_exhaustive()
     }
@@ -76,16 +142,15 @@ where
     type Future = ResponseFuture<Response<ResBody>, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.instance().poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // Tower's readiness contract: call the instance that was polled ready and
-        // leave a fresh clone for the next poll_ready.
-        let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
+        // Tower's readiness contract: the call gets the instance that was polled
+        // ready; a next poll_ready makes another from the spare.
+        let ready = self.take_instance();
         ResponseFuture::new(Box::pin(admit(
-            Arc::clone(&self.config),
+            Arc::clone(&self.shared.config),
             self.body,
             ready,
             request,

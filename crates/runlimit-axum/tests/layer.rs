@@ -517,6 +517,73 @@ async fn the_instance_polled_ready_is_the_one_called() {
     }
 }
 
+/// An inner service that counts its clones.
+struct CloneCounted {
+    clones: Arc<AtomicUsize>,
+    inner: ReadinessChecked,
+}
+
+impl Clone for CloneCounted {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        Self {
+            clones: Arc::clone(&self.clones),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Service<Request<Body>> for CloneCounted {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        self.inner.call(request)
+    }
+}
+
+#[tokio::test]
+async fn a_service_cloned_per_request_clones_its_inner_service_once_per_request() {
+    let clones = Arc::new(AtomicUsize::new(0));
+    let layer =
+        RateLimitLayer::from_shared(store()).check(policy("client", 10), client_key(hasher()));
+    let service = layer.layer(CloneCounted {
+        clones: Arc::clone(&clones),
+        inner: ReadinessChecked::default(),
+    });
+    // As axum and tonic serve: a clone of the service per request.
+    for _ in 0..4 {
+        let response = service
+            .clone()
+            .oneshot(request("net-c", "x"))
+            .await
+            .expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // One clone per request, and one spare kept by the first call.
+    assert_eq!(clones.load(Ordering::SeqCst), 5);
+
+    // A service whose instance went to a call is cloned, and polled, from the
+    // spare.
+    let mut used = service.clone();
+    let ready = used.ready().await.expect("ready");
+    ready.call(request("net-c", "x")).await.expect("ok");
+    let response = used
+        .clone()
+        .oneshot(request("net-c", "x"))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    let ready = used.ready().await.expect("ready");
+    let response = ready.call(request("net-c", "x")).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
 fn assert_send_sync<T: Send + Sync>() {}
 
 #[test]
