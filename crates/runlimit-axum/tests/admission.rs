@@ -301,6 +301,48 @@ async fn a_check_that_does_not_apply_consumes_nothing_while_the_others_do() {
 }
 
 #[tokio::test]
+async fn a_layer_whose_one_check_does_not_apply_passes_the_request_through_uncounted() {
+    let hasher = hasher();
+    let limiter = store();
+    let client = policy("client", 1);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    // Only form posts are limited.
+    let layer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+        .check(client.clone(), client_key(Arc::clone(&hasher)))
+        .only_when(|parts| parts.method == http::Method::POST);
+    let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
+    for _ in 0..3 {
+        let response = service
+            .clone()
+            .oneshot(request("net-u", "uma"))
+            .await
+            .expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(values(response.headers(), "ratelimit").is_empty());
+        assert!(seen.lock().expect("lock").is_none(), "no context");
+    }
+    assert_eq!(limiter.stats().entries, 0, "nothing was counted");
+
+    // A post is counted, reported, and then denied.
+    let post = || {
+        let mut post = request("net-u", "uma");
+        *post.method_mut() = http::Method::POST;
+        post
+    };
+    let response = service.clone().oneshot(post()).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        values(response.headers(), "ratelimit"),
+        [r#""auth.login/client";r=0;t=60"#]
+    );
+    assert!(seen.lock().expect("lock").is_some(), "a context");
+    let response = service.oneshot(post()).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
 async fn a_shadow_check_beside_enforced_ones_never_denies_and_consumes_nothing_on_their_denial() {
     let hasher = hasher();
     let limiter = store();

@@ -175,6 +175,76 @@ async fn missing_metadata_rejects_without_consuming() {
 }
 
 #[tokio::test]
+async fn a_mapper_learns_which_policy_could_not_be_keyed() {
+    let named = Arc::new(Mutex::new(None));
+    let layer = RateLimitLayer::from_shared(store())
+        .check(policy("identity", 5), identity_key(hasher()))
+        .rejection_mapper({
+            let named = Arc::clone(&named);
+            move |rejection: &Rejection<'_>| {
+                if let Rejection::MissingMetadata { policy, .. } = rejection {
+                    *named.lock().expect("lock") = policy.map(|name| name.as_str().to_owned());
+                }
+                Response::builder()
+                    .status(StatusCode::BAD_REQUEST)
+                    .body(Body::empty())
+                    .expect("response")
+            }
+        });
+    let service = layer.layer(handler(
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(Mutex::new(None)),
+    ));
+    let mut no_identity = Request::new(Body::empty());
+    no_identity.extensions_mut().insert(Client("net-n"));
+    let response = service.oneshot(no_identity).await.expect("ok");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        named.lock().expect("lock").as_deref(),
+        Some("auth.login/identity")
+    );
+}
+
+#[tokio::test]
+async fn a_layer_of_one_withheld_check_discloses_nothing() {
+    let layer = RateLimitLayer::from_shared(store())
+        .check(policy("identity", 1), identity_key(hasher()))
+        .withhold_fields()
+        .fields(runlimit_axum::ResponseFields::DraftAndLegacy);
+    let seen = Arc::new(Mutex::new(None));
+    let service = layer.layer(handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen)));
+    let allowed = service
+        .clone()
+        .oneshot(request("net-w", "wes"))
+        .await
+        .expect("ok");
+    assert_eq!(allowed.status(), StatusCode::OK);
+    let denied = service.oneshot(request("net-w", "wes")).await.expect("ok");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    for response in [&allowed, &denied] {
+        for name in [
+            "ratelimit",
+            "ratelimit-policy",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+        ] {
+            assert!(response.headers().get(name).is_none(), "{name}");
+        }
+    }
+    assert_eq!(
+        denied
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok()),
+        Some("60")
+    );
+    let body = body_text(denied).await;
+    assert!(!body.contains("identity"), "{body}");
+    let context = seen.lock().expect("lock").clone().expect("context");
+    assert!(!context.policies()[0].is_disclosed());
+}
+
+#[tokio::test]
 async fn shadow_denials_are_admitted_and_reported() {
     let hasher = hasher();
     let shadow = policy("client", 1).with_quota_mode(QuotaMode::Shadow);
