@@ -31,17 +31,20 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 limited_ratios=()
 governor_ratios=()
 headers_ratios=()
+peer_ratios=()
 for round in $(seq 1 "$rounds"); do
     b="$(rate "$bare")"
     l="$(rate "$limited")"
     g="$(rate "$governor")"
     h="$(rate "$governor_headers")"
-    read -r lr gr hr < <(awk -v b="$b" -v l="$l" -v g="$g" -v h="$h" 'BEGIN { printf "%.3f %.3f %.3f\n", l / b, g / b, h / b }')
+    read -r lr gr hr pr < <(awk -v b="$b" -v l="$l" -v g="$g" -v h="$h" 'BEGIN { printf "%.3f %.3f %.3f %.3f\n", l / b, g / b, h / b, l / h }')
     limited_ratios+=("$lr")
     governor_ratios+=("$gr")
     headers_ratios+=("$hr")
-    echo "round $round: bare $b req/s; runlimit $l ($lr); tower_governor $g ($gr); tower_governor with headers $h ($hr)"
+    peer_ratios+=("$pr")
+    echo "round $round: bare $b req/s; runlimit $l ($lr); tower_governor $g ($gr); tower_governor with headers $h ($hr); runlimit / tower_governor with headers $pr"
 done
 echo "median ratio to bare: runlimit $(printf '%s\n' "${limited_ratios[@]}" | median)," \
     "tower_governor $(printf '%s\n' "${governor_ratios[@]}" | median)," \
-    "tower_governor with headers $(printf '%s\n' "${headers_ratios[@]}" | median)"
+    "tower_governor with headers $(printf '%s\n' "${headers_ratios[@]}" | median);" \
+    "runlimit / tower_governor with headers, median of rounds: $(printf '%s\n' "${peer_ratios[@]}" | median)"
