@@ -43,9 +43,9 @@ struct Shared<S, L: Limiter, M> {
     /// readiness contract would otherwise need, costs a clone of the inner
     /// service per request (for an axum route, an allocation) that frameworks
     /// which clone the whole service per request, as axum and tonic do, never
-    /// use. Behind a mutex so that the service stays `Send` and `Sync`
-    /// whenever the inner service is, as it was. Set by the first call, before
-    /// it takes its instance.
+    /// use. Behind a mutex so that the service is `Send` whenever the inner
+    /// service is, and `Sync` whenever it is `Send` and `Sync`, without asking
+    /// more of it. Set by the first call, before it takes its instance.
     spare: OnceLock<Mutex<S>>,
 }
 
