@@ -150,10 +150,11 @@ where
         // ready; a next poll_ready makes another from the spare.
         let ready = self.take_instance();
         let config = Arc::clone(&self.shared.config);
+        let (parts, body) = request.into_parts();
         if single_fixed(&config).is_some() {
-            ResponseFuture::new(Box::pin(admit_one(config, self.body, ready, request)))
+            ResponseFuture::new(Box::pin(admit_one(config, self.body, ready, parts, body)))
         } else {
-            ResponseFuture::new(Box::pin(admit(config, self.body, ready, request)))
+            ResponseFuture::new(Box::pin(admit(config, self.body, ready, parts, body)))
         }
     }
 }
@@ -184,15 +185,20 @@ fn single_fixed<L: Limiter, M>(config: &Config<L, M>) -> Option<SingleFixed<'_, 
 
 /// [`admit`] for a layer of one fixed check counted on admission
 /// ([`single_fixed`]), step for step the same, without the per-request lists
-/// that several, selected or refundable checks need: its state is a third of
-/// `admit`'s, and the box every request's admission lives in is that much
-/// smaller to fill.
-async fn admit_one<S, L, M, B, ReqBody, ResBody>(
+/// that several, selected or refundable checks need: less work, and a state
+/// two thirds the size of `admit`'s for the box every request's admission
+/// lives in.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice in its state"
+)]
+fn admit_one<S, L, M, B, ReqBody, ResBody>(
     config: Arc<Config<L, M>>,
     body_mode: B,
     mut inner: S,
-    request: Request<ReqBody>,
-) -> Result<Response<ResBody>, S::Error>
+    mut parts: Parts,
+    body: ReqBody,
+) -> impl Future<Output = Result<Response<ResBody>, S::Error>>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     L: Limiter,
@@ -200,72 +206,72 @@ where
     M: RejectionMapper<ResBody>,
     B: BodyMode<ReqBody>,
 {
-    let (mut parts, body) = request.into_parts();
-    if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-        return inner.call(Request::from_parts(parts, body)).await;
-    }
-    let Some(SingleFixed { rule, policy, meta }) = single_fixed(&config) else {
-        // The caller checked; a layer's rules never change after it is built.
-        let request = Request::from_parts(parts, body);
-        return Box::pin(admit(Arc::clone(&config), body_mode, inner, request)).await;
-    };
-    let body = match body_mode.prepare(&mut parts, body).await {
-        Ok(body) => body,
-        Err(rejection) => return Ok(config.mapper.respond(&rejection)),
-    };
-    if rule
-        .applies
-        .as_ref()
-        .is_some_and(|applies| !applies(&parts))
-    {
-        // The check does not apply to this request: nothing to count.
-        return inner.call(Request::from_parts(parts, body)).await;
-    }
-    let key = match rule.extractor.extract(&parts, policy) {
-        Ok(key) => key,
-        Err(missing) => {
-            return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-                policy: Some(&meta.name),
-                missing,
-            }));
-        }
-    };
-    let decision = match config.limiter.check(&Check::new(policy, key)).await {
-        Ok(decision) => decision,
-        Err(error) if config.failure.admits_after(&error) => {
+    async move {
+        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
             return inner.call(Request::from_parts(parts, body)).await;
         }
-        Err(error) => {
-            return Ok(config
-                .mapper
-                .respond(&Rejection::BackendFailure { error: &error }));
+        let Some(SingleFixed { rule, policy, meta }) = single_fixed(&config) else {
+            // The caller checked; a layer's rules never change after it is built.
+            return Box::pin(admit(Arc::clone(&config), body_mode, inner, parts, body)).await;
+        };
+        let body = match body_mode.prepare(&mut parts, body).await {
+            Ok(body) => body,
+            Err(rejection) => return Ok(config.mapper.respond(&rejection)),
+        };
+        if rule
+            .applies
+            .as_ref()
+            .is_some_and(|applies| !applies(&parts))
+        {
+            // The check does not apply to this request: nothing to count.
+            return inner.call(Request::from_parts(parts, body)).await;
         }
-    };
-    if let Some(denial) = decision.denial().filter(|_| decision.is_denied()) {
-        return Ok(quota_rejection(&config, meta, rule.disclosed, denial));
+        let key = match rule.extractor.extract(&parts, policy) {
+            Ok(key) => key,
+            Err(missing) => {
+                return Ok(config.mapper.respond(&Rejection::MissingMetadata {
+                    policy: Some(&meta.name),
+                    missing,
+                }));
+            }
+        };
+        let decision = match config.limiter.check(&Check::new(policy, key)).await {
+            Ok(decision) => decision,
+            Err(error) if config.failure.admits_after(&error) => {
+                return inner.call(Request::from_parts(parts, body)).await;
+            }
+            Err(error) => {
+                return Ok(config
+                    .mapper
+                    .respond(&Rejection::BackendFailure { error: &error }));
+            }
+        };
+        if let Some(denial) = decision.denial().filter(|_| decision.is_denied()) {
+            return Ok(quota_rejection(&config, meta, rule.disclosed, denial));
+        }
+        let fields = if rule.disclosed {
+            let reported = [(&**meta, &decision)];
+            fields_for(
+                config.fields,
+                &reported,
+                config.static_policy_field.as_ref(),
+            )
+        } else {
+            Fields::new()
+        };
+        // Outer layers' context stays first: nested layers append.
+        parts
+            .extensions
+            .get_or_insert_with(RateLimitContext::default)
+            .extend([AppliedPolicy::new(
+                Arc::clone(meta),
+                decision,
+                rule.disclosed,
+            )]);
+        let mut response = inner.call(Request::from_parts(parts, body)).await?;
+        prepend(response.headers_mut(), fields);
+        Ok(response)
     }
-    let fields = if rule.disclosed {
-        let reported = [(&**meta, &decision)];
-        fields_for(
-            config.fields,
-            &reported,
-            config.static_policy_field.as_ref(),
-        )
-    } else {
-        Fields::new()
-    };
-    // Outer layers' context stays first: nested layers append.
-    parts
-        .extensions
-        .get_or_insert_with(RateLimitContext::default)
-        .extend([AppliedPolicy::new(
-            Arc::clone(meta),
-            decision,
-            rule.disclosed,
-        )]);
-    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-    prepend(response.headers_mut(), fields);
-    Ok(response)
 }
 
 /// The policy a request resolved for one check: borrowed from the layer for
@@ -345,12 +351,22 @@ enum Stop<E> {
     FailOpen,
 }
 
-async fn admit<S, L, M, B, ReqBody, ResBody>(
+/// Admits a request to `inner` under every check of the layer.
+///
+/// A function returning an `async` block rather than an `async fn`: an
+/// `async fn` moves its arguments into locals and keeps both in its state,
+/// which every request's box must hold.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice in its state"
+)]
+fn admit<S, L, M, B, ReqBody, ResBody>(
     config: Arc<Config<L, M>>,
     body_mode: B,
     mut inner: S,
-    request: Request<ReqBody>,
-) -> Result<Response<ResBody>, S::Error>
+    mut parts: Parts,
+    body: ReqBody,
+) -> impl Future<Output = Result<Response<ResBody>, S::Error>>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     L: Limiter,
@@ -358,125 +374,126 @@ where
     M: RejectionMapper<ResBody>,
     B: BodyMode<ReqBody>,
 {
-    let (mut parts, body) = request.into_parts();
-    if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-        return inner.call(Request::from_parts(parts, body)).await;
-    }
-    if config.rules.is_empty() {
-        return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-            policy: None,
-            missing: MissingMetadata::new("the rate-limit layer has no checks configured"),
-        }));
-    }
-    let body = match body_mode.prepare(&mut parts, body).await {
-        Ok(body) => body,
-        Err(rejection) => return Ok(config.mapper.respond(&rejection)),
-    };
-
-    // Resolve every policy before touching the backend: selection failures never
-    // consume quota and never fail open. Checks that do not apply are left out.
-    let resolved = match resolve(&config, &parts).await {
-        Ok(resolved) => resolved,
-        Err(response) => return Ok(response),
-    };
-    if resolved.is_empty() {
-        // No check applies to this request: nothing to count.
-        return inner.call(Request::from_parts(parts, body)).await;
-    }
-
-    let mut checks: Inline<Check<'_, L::Policy>> = SmallVec::new();
-    for policy in &resolved {
-        match config.rules[policy.rule]
-            .extractor
-            .extract(&parts, &policy.policy)
-        {
-            Ok(key) => checks.push(Check::new(&*policy.policy, key)),
-            Err(missing) => {
-                return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-                    policy: Some(&policy.meta.get().name),
-                    missing,
-                }));
-            }
+    async move {
+        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+            return inner.call(Request::from_parts(parts, body)).await;
         }
-    }
-
-    let mut decisions: Inline<Option<Decision>> = SmallVec::from_elem(None, resolved.len());
-    let mut groups: Groups<'_, L::Policy> = Vec::new();
-    // One group, or the enforced and the shadow checks apart (boxed: rare,
-    // and its state would otherwise enlarge every request's future).
-    let evaluated = if is_mixed(&checks) {
-        Box::pin(evaluate_mixed(
-            &config,
-            &resolved,
-            &checks,
-            &mut decisions,
-            &mut groups,
-        ))
-        .await
-    } else {
-        let every: Inline<usize>;
-        let positions = match IDENTITY.get(..checks.len()) {
-            Some(positions) => positions,
-            None => {
-                every = (0..checks.len()).collect();
-                &every
-            }
+        if config.rules.is_empty() {
+            return Ok(config.mapper.respond(&Rejection::MissingMetadata {
+                policy: None,
+                missing: MissingMetadata::new("the rate-limit layer has no checks configured"),
+            }));
+        }
+        let body = match body_mode.prepare(&mut parts, body).await {
+            Ok(body) => body,
+            Err(rejection) => return Ok(config.mapper.respond(&rejection)),
         };
-        evaluate_group(
-            &config,
-            &resolved,
-            &checks,
-            positions,
-            &mut decisions,
-            &mut groups,
-        )
-        .await
-    };
-    match evaluated {
-        Ok(()) => {}
-        Err(Stop::Reject(response)) => return Ok(response),
-        Err(Stop::FailOpen) => return inner.call(Request::from_parts(parts, body)).await,
-    }
 
-    let mut applied: Inline<AppliedPolicy> = SmallVec::new();
-    let mut reported: Inline<(&PolicyMeta, &Decision)> = SmallVec::new();
-    for (policy, decision) in resolved.iter().zip(&decisions) {
-        if let Some(decision) = decision {
-            applied.push(AppliedPolicy::new(
-                policy.meta.to_arc(),
-                *decision,
-                policy.disclosed,
-            ));
-            if policy.disclosed {
-                reported.push((policy.meta.get(), decision));
+        // Resolve every policy before touching the backend: selection failures never
+        // consume quota and never fail open. Checks that do not apply are left out.
+        let resolved = match resolve(&config, &parts).await {
+            Ok(resolved) => resolved,
+            Err(response) => return Ok(response),
+        };
+        if resolved.is_empty() {
+            // No check applies to this request: nothing to count.
+            return inner.call(Request::from_parts(parts, body)).await;
+        }
+
+        let mut checks: Inline<Check<'_, L::Policy>> = SmallVec::new();
+        for policy in &resolved {
+            match config.rules[policy.rule]
+                .extractor
+                .extract(&parts, &policy.policy)
+            {
+                Ok(key) => checks.push(Check::new(&*policy.policy, key)),
+                Err(missing) => {
+                    return Ok(config.mapper.respond(&Rejection::MissingMetadata {
+                        policy: Some(&policy.meta.get().name),
+                        missing,
+                    }));
+                }
             }
         }
-    }
-    // The precomputed `RateLimit-Policy` describes every check of the layer.
-    let static_policy = config
-        .static_policy_field
-        .as_ref()
-        .filter(|_| reported.len() == config.rules.len());
-    let fields = fields_for(config.fields, &reported, static_policy);
-    // What the inner service's future does not need is not kept beside it.
-    drop(reported);
-    drop(decisions);
-    drop(checks);
-    // Outer layers' context stays first: nested layers append.
-    parts
-        .extensions
-        .get_or_insert_with(RateLimitContext::default)
-        .extend(applied);
 
-    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-    if let Some(charge) = &config.charge
-        && !charge.counts(response.status(), response.headers())
-    {
-        // Boxed, so that only a refunded request pays for the refunds' state.
-        Box::pin(refund_all(&**charge, &config.limiter, groups)).await;
+        let mut decisions: Inline<Option<Decision>> = SmallVec::from_elem(None, resolved.len());
+        let mut groups: Groups<'_, L::Policy> = Vec::new();
+        // One group, or the enforced and the shadow checks apart (boxed: rare,
+        // and its state would otherwise enlarge every request's future).
+        let evaluated = if is_mixed(&checks) {
+            Box::pin(evaluate_mixed(
+                &config,
+                &resolved,
+                &checks,
+                &mut decisions,
+                &mut groups,
+            ))
+            .await
+        } else {
+            let every: Inline<usize>;
+            let positions = match IDENTITY.get(..checks.len()) {
+                Some(positions) => positions,
+                None => {
+                    every = (0..checks.len()).collect();
+                    &every
+                }
+            };
+            evaluate_group(
+                &config,
+                &resolved,
+                &checks,
+                positions,
+                &mut decisions,
+                &mut groups,
+            )
+            .await
+        };
+        match evaluated {
+            Ok(()) => {}
+            Err(Stop::Reject(response)) => return Ok(response),
+            Err(Stop::FailOpen) => return inner.call(Request::from_parts(parts, body)).await,
+        }
+
+        let mut applied: Inline<AppliedPolicy> = SmallVec::new();
+        let mut reported: Inline<(&PolicyMeta, &Decision)> = SmallVec::new();
+        for (policy, decision) in resolved.iter().zip(&decisions) {
+            if let Some(decision) = decision {
+                applied.push(AppliedPolicy::new(
+                    policy.meta.to_arc(),
+                    *decision,
+                    policy.disclosed,
+                ));
+                if policy.disclosed {
+                    reported.push((policy.meta.get(), decision));
+                }
+            }
+        }
+        // The precomputed `RateLimit-Policy` describes every check of the layer.
+        let static_policy = config
+            .static_policy_field
+            .as_ref()
+            .filter(|_| reported.len() == config.rules.len());
+        let fields = fields_for(config.fields, &reported, static_policy);
+        // What the inner service's future does not need is not kept beside it.
+        drop(reported);
+        drop(decisions);
+        drop(checks);
+        // Outer layers' context stays first: nested layers append.
+        parts
+            .extensions
+            .get_or_insert_with(RateLimitContext::default)
+            .extend(applied);
+
+        let mut response = inner.call(Request::from_parts(parts, body)).await?;
+        if let Some(charge) = &config.charge
+            && !charge.counts(response.status(), response.headers())
+        {
+            // Boxed, so that only a refunded request pays for the refunds' state.
+            Box::pin(refund_all(&**charge, &config.limiter, groups)).await;
+        }
+        prepend(response.headers_mut(), fields);
+        Ok(response)
     }
-    prepend(response.headers_mut(), fields);
-    Ok(response)
 }
 
 /// Gives back the receipt of every group of a request whose response does
