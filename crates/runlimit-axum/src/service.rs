@@ -148,9 +148,14 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // Tower's readiness contract: the call gets the instance that was polled
         // ready; a next poll_ready makes another from the spare.
-        let ready = self.take_instance();
-        let config = Arc::clone(&self.shared.config);
+        let mut ready = self.take_instance();
         let (parts, body) = request.into_parts();
+        let skip = self.shared.config.skip.as_ref();
+        if skip.is_some_and(|skip| skip(&parts)) {
+            // Not admitted at all: the inner service is called now.
+            return ResponseFuture::new(Box::pin(ready.call(Request::from_parts(parts, body))));
+        }
+        let config = Arc::clone(&self.shared.config);
         if single_fixed(&config).is_some() {
             ResponseFuture::new(Box::pin(admit_one(config, self.body, ready, parts, body)))
         } else {
@@ -207,9 +212,6 @@ where
     B: BodyMode<ReqBody>,
 {
     async move {
-        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-            return inner.call(Request::from_parts(parts, body)).await;
-        }
         let Some(SingleFixed { rule, policy, meta }) = single_fixed(&config) else {
             // The caller checked; a layer's rules never change after it is built.
             return Box::pin(admit(Arc::clone(&config), body_mode, inner, parts, body)).await;
@@ -375,9 +377,6 @@ where
     B: BodyMode<ReqBody>,
 {
     async move {
-        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-            return inner.call(Request::from_parts(parts, body)).await;
-        }
         if config.rules.is_empty() {
             return Ok(config.mapper.respond(&Rejection::MissingMetadata {
                 policy: None,
