@@ -171,7 +171,7 @@ impl DenialCache {
     #[must_use]
     pub fn new(config: MemoryStoreConfig) -> Self {
         let shards = (0..config.shard_count())
-            .map(|index| Shard::new(config.shard_capacity(index)))
+            .map(|index| Shard::new(config.shard_capacity(index), deadline))
             .collect();
         Self {
             shards,
@@ -253,12 +253,12 @@ impl DenialCache {
             table.set_state(slot, denial);
             return;
         }
-        table.remove_expired(self.config.cleanup_per_check(), now, &[], deadline);
+        table.remove_expired(self.config.cleanup_per_check(), now, &[]);
         if table.headroom() == 0 {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        table.insert(key, denial, deadline);
+        table.insert(key, denial);
     }
 
     /// Forgets `key`'s cached denial: quota came back through this process.

@@ -10,7 +10,8 @@
 //! reader count) has to move between cores on every other check, and on a
 //! two-core machine that transfer, not the work, limits how far a second thread
 //! adds throughput. Writers (inserts, cleanup, batches that store a new key)
-//! lock all eight.
+//! lock all eight, which is why a new key is staged beside the table under the
+//! read lock when it can be (see [`Table`]).
 
 use std::{
     ops::{Deref, DerefMut},
@@ -35,9 +36,11 @@ pub(crate) struct Shard<S: Packed> {
 }
 
 impl<S: Packed> Shard<S> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// An empty shard for at most `capacity` keys whose states expire at
+    /// `deadline`.
+    pub(crate) fn new(capacity: usize, deadline: fn(&S) -> u64) -> Self {
         Self {
-            table: ShardedLock::new(Table::new(capacity)),
+            table: ShardedLock::new(Table::new(capacity, deadline)),
             last_now: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             capacity,
@@ -65,7 +68,8 @@ impl<S: Packed> Shard<S> {
     }
 
     /// Holds the table exclusively: inserts, removals, and batches with a key
-    /// not yet stored.
+    /// not yet stored. Keys staged by readers are merged into the table first,
+    /// so an exclusive holder finds every key in it.
     ///
     /// # Errors
     ///
@@ -74,10 +78,11 @@ impl<S: Packed> Shard<S> {
         &self,
         shard_index: usize,
     ) -> Result<ExclusiveTable<'_, S>, MemoryStoreError> {
-        let table = self.write_even_if_poisoned();
+        let mut table = self.write_even_if_poisoned();
         if self.is_poisoned() {
             return Err(MemoryStoreError::PoisonedShard { shard_index });
         }
+        table.merge_staged();
         Ok(table)
     }
 

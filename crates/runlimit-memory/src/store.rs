@@ -25,7 +25,7 @@ use crate::{
     error::MemoryStoreError,
     shard::{ExclusiveTable, Shard, SharedTable},
     stats::{MemoryStoreStats, ShardStats},
-    table::{HeldEntry, SlotId, StoreKey, Table},
+    table::{Entry, HeldEntry, SlotId, StoreKey, Table},
 };
 
 /// A sharded, hard-bounded, process-local rate-limit store.
@@ -78,7 +78,7 @@ impl<A: Algorithm> Store<A> {
     #[must_use]
     pub fn new(config: MemoryStoreConfig) -> Self {
         let shards = (0..config.shard_count())
-            .map(|index| Shard::new(config.shard_capacity(index)))
+            .map(|index| Shard::new(config.shard_capacity(index), A::deadline))
             .collect();
         Self {
             shards,
@@ -148,7 +148,7 @@ impl<A: Algorithm> Store<A> {
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
         let mut effects = Effects::default();
-        let result = match self.check_stored(shard_index, &key, check) {
+        let result = match self.check_stored(shard_index, &key, check, &mut effects) {
             Some(result) => result,
             None => self.check_exclusive(shard_index, &key, check, &mut effects),
         };
@@ -161,21 +161,25 @@ impl<A: Algorithm> Store<A> {
         result
     }
 
-    /// Checks a stored key holding its shard only for reading, so the check
-    /// writes nothing but the key's entry. `None` when the key is not stored.
+    /// Checks a key holding its shard only for reading: a stored key, so the
+    /// check writes nothing but the key's entry, or a new key it can stage.
+    /// `None` when the check needs the shard exclusively.
     #[inline]
     fn check_stored(
         &self,
         shard_index: usize,
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
+        effects: &mut Effects,
     ) -> Option<Checked> {
         let shard = &self.shards[shard_index];
         let table = match shard.read(shard_index) {
             Ok(table) => table,
             Err(error) => return Some(Err(error)),
         };
-        let entry = table.entry(key)?;
+        let Some(entry) = table.entry(key) else {
+            return self.check_staged(shard, shard_index, &table, key, check, effects);
+        };
         // Read the clock before waiting for the entry, so the likely cache miss
         // on a cold entry overlaps the clock read.
         let clock_now = self.now_nanos();
@@ -205,6 +209,45 @@ impl<A: Algorithm> Store<A> {
                 }
             },
         ))
+    }
+
+    /// Checks a key its shard does not store, holding the shard for reading,
+    /// and stages it beside the table if allowed. `None` when the exclusive
+    /// path must decide instead: the key is staged already, the shard has no
+    /// room for it, or something may be due for cleanup (see
+    /// [`StagingGuard::accepts`](crate::table::StagingGuard::accepts)), so a
+    /// staged check decides and stores exactly what the exclusive path would.
+    fn check_staged(
+        &self,
+        shard: &Shard<A::State>,
+        shard_index: usize,
+        table: &Table<A::State>,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        effects: &mut Effects,
+    ) -> Option<Checked> {
+        let clock_now = self.now_nanos();
+        let mut staging = table.staging();
+        let now = shard.advance(clock_now);
+        if !staging.accepts(key, now) {
+            return None;
+        }
+        let policy = check.policy();
+        Some(Ok(match A::evaluate(policy, None, check.cost(), now) {
+            Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
+            Evaluation::Allowed { decision, next } => {
+                let staged = staging.stage(*key, next);
+                if self.observer.is_some() {
+                    let (entries, capacity) = staging.occupancy();
+                    effects.capacity.push(CapacityObservation::new(
+                        entries as u64,
+                        capacity as u64,
+                        Some(shard_index),
+                    ));
+                }
+                (decision, Some(A::stamp(&staged)))
+            }
+        }))
     }
 
     /// Checks a key holding its shard exclusively, so a new key can be stored.
@@ -242,7 +285,7 @@ impl<A: Algorithm> Store<A> {
                         let admitted = if table.headroom() == 0 {
                             (Decision::denied(capacity_denial(&table, now)), None)
                         } else {
-                            let stored = table.insert(*key, next, A::deadline);
+                            let stored = table.insert(*key, next);
                             (decision, Some(A::stamp(&stored)))
                         };
                         if self.observer.is_some() {
@@ -436,8 +479,7 @@ impl<A: Algorithm> Store<A> {
             }
             for item in &mut items {
                 if let (None, Some(next)) = (item.slot, item.next) {
-                    item.next =
-                        Some(guards[position_of(item.shard)].insert(item.key, next, A::deadline));
+                    item.next = Some(guards[position_of(item.shard)].insert(item.key, next));
                 }
             }
             committed.extend(items.iter().filter_map(|item| item.next));
@@ -631,7 +673,7 @@ impl<A: Algorithm> Store<A> {
 
     /// Runs `operate` on `check`'s stored entry under its lock, at a time no
     /// earlier than any operation on its shard before; `None` when the key is
-    /// not stored. Holds the shard only for reading.
+    /// not stored. Holds the shard only for reading, unless the key is staged.
     fn with_entry<T>(
         &self,
         check: &Check<'_, A::Policy>,
@@ -640,14 +682,23 @@ impl<A: Algorithm> Store<A> {
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
         let shard = &self.shards[shard_index];
-        let table = shard.read(shard_index)?;
-        let Some(entry) = table.entry(&key) else {
-            return Ok(None);
+        let run = |entry: &Entry<A::State>| {
+            let clock_now = self.now_nanos();
+            let held = entry.lock();
+            let now = shard.advance(clock_now);
+            operate(held, now)
         };
-        let clock_now = self.now_nanos();
-        let held = entry.lock();
-        let now = shard.advance(clock_now);
-        Ok(Some(operate(held, now)))
+        let table = shard.read(shard_index)?;
+        if let Some(entry) = table.entry(&key) {
+            return Ok(Some(run(entry)));
+        }
+        if !table.is_staged(&key) {
+            return Ok(None);
+        }
+        drop(table);
+        // A staged key is operated on in the table, once merged.
+        let table = shard.write(shard_index)?;
+        Ok(table.entry(&key).map(run))
     }
 
     /// Statistics for every shard: entries (including expired entries not yet
@@ -730,7 +781,7 @@ impl<A: Algorithm> Store<A> {
         effects: &mut Effects,
     ) {
         let started = self.observer.as_ref().map(|_| Instant::now());
-        let removed = table.remove_expired(allowance, now, protected, A::deadline);
+        let removed = table.remove_expired(allowance, now, protected);
         effects.removed += removed;
         effects.cleanup_allowance += allowance;
         if let Some(started) = started {

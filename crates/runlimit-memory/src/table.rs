@@ -12,6 +12,13 @@
 //! (inserts, removals) holds the shard exclusively, and then no entry lock is
 //! held.
 //!
+//! Except the first store of a key when nothing is due for cleanup: taking
+//! a reader-sharded lock exclusively writes every reader's line, which made
+//! a flood of new keys cost about half again a stored key's check. Such a
+//! key is staged beside the table under a small mutex while the shard is held
+//! for reading, and the next exclusive holder merges the staged keys in, so
+//! the write lock is paid once per [`STAGED_KEYS`] new keys.
+//!
 //! The heap records, for every stored key, a lower bound of its deadline and the
 //! table bucket that holds the key: admissions only move deadlines later, so
 //! they never touch the heap. (A reset or refund can move a deadline earlier;
@@ -25,10 +32,13 @@
 use std::{
     cmp::Reverse,
     collections::BinaryHeap,
-    marker::PhantomData,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
+use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use runlimit_core::CounterKey;
 
@@ -281,16 +291,102 @@ impl<S: Packed> Drop for HeldEntry<'_, S> {
 /// table grows.
 pub(crate) type SlotId = u32;
 
-/// One shard's entries and expiry heap, for states of type `S`.
+/// One shard's entries and expiry heap, for states of type `S`, and the new
+/// keys staged beside them.
 #[derive(Debug)]
 pub(crate) struct Table<S: Packed> {
     entries: HashTable<Entry<S>>,
     capacity: usize,
     /// `(deadline lower bound, bucket)` for every stored key, earliest first.
     expiry: BinaryHeap<Reverse<(u64, SlotId)>>,
-    /// Counts inserts; a new key's version is drawn from it.
+    /// When a state expires.
+    deadline: fn(&S) -> u64,
+    /// New keys stored by checks that hold the shard only for reading; on
+    /// its own line, since checks of stored keys only read the table's.
+    staging: CachePadded<Mutex<Staging<S>>>,
+}
+
+/// The most new keys a shard holds beside its table before an exclusive
+/// holder merges them in: each staged key saves a shard-wide write lock,
+/// and a lookup that misses the table scans them all (at most four lines).
+pub(crate) const STAGED_KEYS: usize = 8;
+
+/// New keys stored under the shard's read lock, waiting to be merged into
+/// its table by the next holder of the shard's exclusive lock.
+///
+/// A key is either in the table or here, never both: keys come here only
+/// from a reader that missed the table (and no key enters the table while a
+/// reader holds the shard), and leave only by the exclusive merge. A staged
+/// key is never changed here: a second operation on it takes the exclusive
+/// path, which merges it first, so a hot new key is staged for one check.
+struct Staging<S> {
+    keys: Vec<(StoreKey, S)>,
+    /// The earliest deadline of a staged key (`u64::MAX` when none is).
+    earliest: u64,
+    /// Counts inserts, staged or not; a new key's version is drawn from it.
     inserts: u32,
-    state: PhantomData<fn() -> S>,
+}
+
+/// Redacted: staged keys are derived from subjects.
+impl<S> std::fmt::Debug for Staging<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging")
+            .field("keys", &self.keys.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Packed> Staging<S> {
+    /// `state` with a fresh version.
+    fn versioned(&mut self, state: S) -> S {
+        self.inserts = self.inserts.wrapping_add(1);
+        state.with_version(self.inserts.wrapping_mul(VERSION_STEP))
+    }
+}
+
+/// A shard's staged keys, held by a check that holds the shard for reading.
+pub(crate) struct StagingGuard<'a, S: Packed> {
+    table: &'a Table<S>,
+    staging: MutexGuard<'a, Staging<S>>,
+}
+
+impl<S: Packed> StagingGuard<'_, S> {
+    /// Whether a new `key` may be staged at `now`, doing exactly what the
+    /// exclusive path would: it is not staged already (a second operation on
+    /// a staged key merges it), there is room for it, and no stored or staged
+    /// key may have expired (the exclusive path would spend its cleanup
+    /// allowance on those first).
+    #[inline]
+    pub(crate) fn accepts(&self, key: &StoreKey, now: u64) -> bool {
+        let staged = &self.staging.keys;
+        staged.len() < STAGED_KEYS
+            && self.table.entries.len() + staged.len() < self.table.capacity
+            && self.staging.earliest > now
+            && self
+                .table
+                .expiry
+                .peek()
+                .is_none_or(|&Reverse((bound, _))| bound > now)
+            && !staged.iter().any(|(staged, _)| staged == key)
+    }
+
+    /// Stages a new key the caller found [`accepts`](Self::accepts)able, with
+    /// a fresh version, and returns the state as staged.
+    #[inline]
+    pub(crate) fn stage(&mut self, key: StoreKey, state: S) -> S {
+        let state = self.staging.versioned(state);
+        self.staging.earliest = self.staging.earliest.min((self.table.deadline)(&state));
+        self.staging.keys.push((key, state));
+        state
+    }
+
+    /// Entries stored and staged, and the shard's capacity.
+    pub(crate) fn occupancy(&self) -> (usize, usize) {
+        (
+            self.table.entries.len() + self.staging.keys.len(),
+            self.table.capacity,
+        )
+    }
 }
 
 /// An odd constant close to 2<sup>32</sup> / φ: successive inserts get
@@ -307,18 +403,25 @@ fn slot_id(bucket: usize) -> SlotId {
 }
 
 impl<S: Packed> Table<S> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// An empty table for at most `capacity` keys whose states expire at
+    /// `deadline`.
+    pub(crate) fn new(capacity: usize, deadline: fn(&S) -> u64) -> Self {
         Self {
             entries: HashTable::new(),
             expiry: BinaryHeap::new(),
             capacity,
-            inserts: 0,
-            state: PhantomData,
+            deadline,
+            staging: CachePadded::new(Mutex::new(Staging {
+                keys: Vec::with_capacity(STAGED_KEYS),
+                earliest: u64::MAX,
+                inserts: 0,
+            })),
         }
     }
 
+    /// Keys stored and staged.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.lock_staging().keys.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -327,6 +430,52 @@ impl<S: Packed> Table<S> {
 
     pub(crate) fn headroom(&self) -> usize {
         self.capacity.saturating_sub(self.len())
+    }
+
+    /// Holds the shard's staged keys, for a check that holds the shard for
+    /// reading and missed the table.
+    #[inline]
+    pub(crate) fn staging(&self) -> StagingGuard<'_, S> {
+        StagingGuard {
+            table: self,
+            staging: self.lock_staging(),
+        }
+    }
+
+    /// Whether `key` is staged beside the table.
+    pub(crate) fn is_staged(&self, key: &StoreKey) -> bool {
+        self.lock_staging()
+            .keys
+            .iter()
+            .any(|(staged, _)| staged == key)
+    }
+
+    fn lock_staging(&self) -> MutexGuard<'_, Staging<S>> {
+        // Nothing that can panic runs under this lock but the algorithm's
+        // arithmetic, and a panic there poisons the shard itself.
+        self.staging.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn staging_mut(&mut self) -> &mut Staging<S> {
+        self.staging
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves the staged keys into the table, for the holder of the shard's
+    /// exclusive lock. Invalidates every slot returned before.
+    pub(crate) fn merge_staged(&mut self) {
+        let staging = self.staging_mut();
+        if staging.keys.is_empty() {
+            return;
+        }
+        staging.earliest = u64::MAX;
+        let mut staged = std::mem::take(&mut staging.keys);
+        for (key, state) in staged.drain(..) {
+            self.store(key, state);
+        }
+        // Back in place, keeping its allocation.
+        self.staging_mut().keys = staged;
     }
 
     /// The entry storing `key`, for a check that holds the shard for reading
@@ -364,9 +513,14 @@ impl<S: Packed> Table<S> {
     /// Stores a new key with a fresh version, and returns the state as
     /// stored. The caller has checked that the shard has headroom.
     /// Invalidates every slot returned before.
-    pub(crate) fn insert(&mut self, key: StoreKey, state: S, deadline: impl Fn(&S) -> u64) -> S {
-        self.inserts = self.inserts.wrapping_add(1);
-        let state = state.with_version(self.inserts.wrapping_mul(VERSION_STEP));
+    pub(crate) fn insert(&mut self, key: StoreKey, state: S) -> S {
+        let state = self.staging_mut().versioned(state);
+        self.store(key, state);
+        state
+    }
+
+    /// Stores a new key's versioned state in the table.
+    fn store(&mut self, key: StoreKey, state: S) {
         // With no growth left, an insert that does not reuse a tombstone grows the
         // table or rehashes it in place, moving entries; either leaves room after.
         let was_full = self.entries.len() == self.entries.capacity();
@@ -377,8 +531,8 @@ impl<S: Packed> Table<S> {
             })
             .bucket_index();
         if was_full && self.entries.len() < self.entries.capacity() {
-            self.rebuild_expiry(&deadline);
-            return state;
+            self.rebuild_expiry();
+            return;
         }
         if self.expiry.len() == self.expiry.capacity() {
             let additional = self
@@ -389,12 +543,12 @@ impl<S: Packed> Table<S> {
             self.expiry.reserve_exact(additional);
         }
         self.expiry
-            .push(Reverse((deadline(&state), slot_id(bucket))));
-        state
+            .push(Reverse(((self.deadline)(&state), slot_id(bucket))));
     }
 
     /// Records every stored key's real deadline under its current bucket.
-    fn rebuild_expiry(&mut self, deadline: &impl Fn(&S) -> u64) {
+    fn rebuild_expiry(&mut self) {
+        let deadline = self.deadline;
         let mut heap = std::mem::take(&mut self.expiry).into_vec();
         heap.clear();
         let needed = self.entries.len().min(self.capacity);
@@ -417,8 +571,8 @@ impl<S: Packed> Table<S> {
         allowance: usize,
         now: u64,
         protected: &[SlotId],
-        deadline: impl Fn(&S) -> u64,
     ) -> usize {
+        let deadline = self.deadline;
         let mut removed = 0;
         for _ in 0..allowance {
             let Some(&Reverse((bound, slot))) = self.expiry.peek() else {
@@ -453,10 +607,13 @@ impl<S: Packed> Table<S> {
             .filter(|&bound| bound > now)
     }
 
-    /// Forgets every entry.
+    /// Forgets every entry, stored or staged.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.expiry.clear();
+        let staging = self.staging_mut();
+        staging.keys.clear();
+        staging.earliest = u64::MAX;
     }
 }
 
@@ -531,14 +688,14 @@ mod tests {
         fn the_expiry_heap_follows_entries_through_growth_and_churn(
             ops in prop::collection::vec(op(), 1..400),
         ) {
-            let mut table = Table::<u64>::new(40);
+            let mut table = Table::<u64>::new(40, deadline);
             let mut model: HashMap<u8, u64> = HashMap::new();
             let mut now = 0;
             for op in ops {
                 match op {
                     Op::Insert(id, ttl) => {
                         if table.find(&key(id)).is_none() && table.headroom() > 0 {
-                            table.insert(key(id), now + ttl, deadline);
+                            table.insert(key(id), now + ttl);
                             model.insert(id, now + ttl);
                         }
                     }
@@ -550,7 +707,7 @@ mod tests {
                     }
                     Op::Advance(by) => now += by,
                     Op::Clean(allowance) => {
-                        let removed = table.remove_expired(allowance, now, &[], deadline);
+                        let removed = table.remove_expired(allowance, now, &[]);
                         let gone: Vec<u64> = model
                             .iter()
                             .filter(|&(&id, _)| table.find(&key(id)).is_none())
@@ -571,7 +728,7 @@ mod tests {
                     prop_assert!(model.values().all(|&due| due <= now || due >= earliest));
                 }
             }
-            let removed = table.remove_expired(usize::MAX, now, &[], deadline);
+            let removed = table.remove_expired(usize::MAX, now, &[]);
             let expired = model.values().filter(|&&due| due <= now).count();
             prop_assert_eq!(removed, expired);
             prop_assert_eq!(table.len(), model.len() - expired);

@@ -216,6 +216,20 @@ fn each_check_removes_at_most_its_cleanup_allowance() {
 }
 
 #[test]
+fn a_new_key_is_stored_after_removing_the_keys_that_expired_since_the_last() {
+    let clock = ManualClock::new();
+    let store = store(10, &clock);
+    let policy = policy(1, Duration::from_secs(1));
+    store.check(&Check::new(&policy, key(0))).expect("ok");
+    store.check(&Check::new(&policy, key(1))).expect("ok");
+    clock.advance(Duration::from_secs(1));
+    // The two keys stored last (just before their windows ran out) are
+    // removed before the new one is stored, however recently they came in.
+    store.check(&Check::new(&policy, key(2))).expect("ok");
+    assert_eq!(store.stats().entries, 1);
+}
+
+#[test]
 fn batches_that_can_never_fit_a_shard_are_structural_errors() {
     let clock = ManualClock::new();
     let store = store(2, &clock);
