@@ -111,11 +111,23 @@ impl<'o> AdmissionReporter<'o> {
         self,
         operation: Operation,
         checks: &[Check<'_, P>],
+        outcome: (AdmissionOutcome, Consumption, Option<usize>),
+    ) {
+        // Only the test is inlined: without an observer a check pays a branch,
+        // not a call.
+        if let (Some(observer), Some(started)) = (self.observer, self.started) {
+            Self::report(observer, started, operation, checks, outcome);
+        }
+    }
+
+    #[inline(never)]
+    fn report<P: Policy + ?Sized>(
+        observer: &dyn Observer,
+        started: Instant,
+        operation: Operation,
+        checks: &[Check<'_, P>],
         (outcome, consumption, decisive_index): (AdmissionOutcome, Consumption, Option<usize>),
     ) {
-        let (Some(observer), Some(started)) = (self.observer, self.started) else {
-            return;
-        };
         let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
         let observation = AdmissionObservation::new(
             operation,

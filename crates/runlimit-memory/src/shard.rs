@@ -160,6 +160,7 @@ impl<S: Packed> Shard<S> {
 struct PoisonOnPanic<'a>(&'a AtomicBool);
 
 impl Drop for PoisonOnPanic<'_> {
+    #[inline]
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.0.store(true, Ordering::Release);
