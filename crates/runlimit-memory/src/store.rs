@@ -142,7 +142,9 @@ impl<A: Algorithm> Store<A> {
     }
 
     /// One check, observed; with the stamp of the state it committed when
-    /// allowed.
+    /// allowed. Inlined into `check` and `admit` (the paths that store a key
+    /// are not inlined into it), so each writes its result once.
+    #[inline]
     fn check_reported(&self, check: &Check<'_, A::Policy>) -> Checked {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let key = StoreKey::new(&check.counter_key());
@@ -217,6 +219,7 @@ impl<A: Algorithm> Store<A> {
     /// room for it, or something may be due for cleanup (see
     /// [`StagingGuard::accepts`](crate::table::StagingGuard::accepts)), so a
     /// staged check decides and stores exactly what the exclusive path would.
+    #[inline(never)]
     fn check_staged(
         &self,
         shard: &Shard<A::State>,
@@ -251,6 +254,7 @@ impl<A: Algorithm> Store<A> {
     }
 
     /// Checks a key holding its shard exclusively, so a new key can be stored.
+    #[inline(never)]
     fn check_exclusive(
         &self,
         shard_index: usize,
@@ -790,21 +794,26 @@ impl<A: Algorithm> Store<A> {
     }
 
     /// Reports the cleanup and capacity effects of an operation, after every
-    /// lock is released.
+    /// lock is released. Without an observer, a branch.
+    #[inline]
     fn report_effects(&self, effects: &Effects) {
-        let Some(observer) = &self.observer else {
-            return;
-        };
+        if let Some(observer) = &self.observer {
+            Self::report_observed_effects(&**observer, effects);
+        }
+    }
+
+    #[inline(never)]
+    fn report_observed_effects(observer: &dyn Observer, effects: &Effects) {
         if effects.removed > 0 {
             let cleanup = CleanupObservation::new(
                 effects.cleanup_allowance as u64,
                 Some(effects.removed as u64),
                 effects.cleanup_elapsed,
             );
-            notify(&**observer, |observer| observer.on_cleanup(&cleanup));
+            notify(observer, |observer| observer.on_cleanup(&cleanup));
         }
         for capacity in &effects.capacity {
-            notify(&**observer, |observer| observer.on_capacity(capacity));
+            notify(observer, |observer| observer.on_capacity(capacity));
         }
     }
 }
