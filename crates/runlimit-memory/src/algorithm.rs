@@ -235,6 +235,22 @@ fn denial_for(capacity: u64, retry_after: Duration) -> Denial {
     }
 }
 
+/// Whether `past + (quota - 1) / quota` ns rounds up to the same whole
+/// millisecond as `past`, computed without a second rounding: rounded up to
+/// whole nanoseconds, the later distance is one more than `past`'s when
+/// `past`'s remainder is zero (and the quota above one) or above one, and the
+/// same when it is one; and one more nanosecond reaches another millisecond
+/// only from a whole one.
+#[inline(always)]
+fn latest_rounds_alike(past: ExactNanos, quota: u64) -> bool {
+    let one_more = match past.remainder {
+        0 => quota > 1,
+        1 => false,
+        _ => true,
+    };
+    !one_more || past.ceil_whole() % NANOS_PER_MILLI != 0
+}
+
 /// The state of one anchored window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowState {
@@ -517,24 +533,15 @@ impl Engine for Gcra {
             return None;
         }
         let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
-        let earliest = past_tolerance.ceil_millis();
         // The latest lies (quota - 1) / quota of a nanosecond later, and so
         // does its distance past the tolerance, unless now is later than both.
-        if whole >= now.whole {
-            let latest = past_tolerance
-                .saturating_add(
-                    ExactNanos {
-                        whole: 0,
-                        remainder: check.quota - 1,
-                    },
-                    check.quota,
-                )
-                .ceil_millis();
-            if latest != earliest {
-                return None;
-            }
+        if whole >= now.whole && !latest_rounds_alike(past_tolerance, check.quota) {
+            return None;
         }
-        Some(denial_for(policy.burst_capacity(), earliest))
+        Some(denial_for(
+            policy.burst_capacity(),
+            past_tolerance.ceil_millis(),
+        ))
     }
 
     fn deadline(state: &GcraState) -> u64 {
@@ -834,6 +841,37 @@ mod tests {
                     Evaluation::Allowed { .. } => proptest::prop_assert!(false, "allowed"),
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The shortcut that tells whether the latest arrival time with a
+        /// whole part rounds like the earliest is the rounding itself.
+        #[test]
+        fn latest_rounding_shortcut_is_exact(
+            quota in proptest::prop_oneof![1u64..4, 1u64..=runlimit_core::MAX_LIMIT],
+            millis in 0u64..1_000_000,
+            offset in -3i64..=3,
+            // The remainders the shortcut tells apart, then any.
+            remainder_pick in 0u8..5,
+            remainder_seed in proptest::prelude::any::<u64>(),
+        ) {
+            let remainder = match remainder_pick {
+                0 => 0,
+                1 => 1,
+                2 => 2,
+                3 => quota - 1,
+                _ => remainder_seed,
+            } % quota;
+            let past = ExactNanos {
+                whole: (millis * MS).saturating_add_signed(offset),
+                remainder,
+            };
+            let latest = past.saturating_add(ExactNanos { whole: 0, remainder: quota - 1 }, quota);
+            proptest::prop_assert_eq!(
+                latest_rounds_alike(past, quota),
+                latest.ceil_millis() == past.ceil_millis()
+            );
         }
     }
 
