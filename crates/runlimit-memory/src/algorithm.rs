@@ -248,7 +248,7 @@ fn latest_rounds_alike(past: ExactNanos, quota: u64) -> bool {
         1 => false,
         _ => true,
     };
-    !one_more || past.ceil_whole() % NANOS_PER_MILLI != 0
+    !one_more || !past.ceil_whole().is_multiple_of(NANOS_PER_MILLI)
 }
 
 /// The state of one anchored window.
