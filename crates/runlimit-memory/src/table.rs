@@ -308,7 +308,8 @@ pub(crate) struct Table<S: Packed> {
 
 /// The most new keys a shard holds beside its table before an exclusive
 /// holder merges them in: each staged key saves a shard-wide write lock,
-/// and a lookup that misses the table scans them all (at most four lines).
+/// and a lookup that misses the table scans them all (four cache lines for
+/// two-word states, eight for sliding windows).
 pub(crate) const STAGED_KEYS: usize = 8;
 
 /// New keys stored under the shard's read lock, waiting to be merged into
