@@ -84,12 +84,13 @@
 //!   threads denied on one hot key share its line only for reading.
 //!   Cleanup, and batches with a key not yet stored, hold the shard
 //!   exclusively; a batch of stored keys locks its entries. A new key is
-//!   stored holding the shard only for reading when nothing on the shard may
-//!   be due for cleanup: it is staged beside the table (at most eight per
-//!   shard) and merged in by the next operation that holds the shard
-//!   exclusively, so a flood of new keys takes the shard's exclusive lock
-//!   once per eight keys. Either way the check decides, stores and cleans up
-//!   exactly as the other would.
+//!   stored holding the shard only for reading when the shard has room and
+//!   nothing on it may be due for cleanup: it is staged beside the table (at
+//!   most eight per shard) and merged in by the next operation that holds the
+//!   shard exclusively, so a flood of new keys takes the shard's exclusive
+//!   lock once per eight keys; otherwise storing it holds the shard
+//!   exclusively. Either way the check decides, stores and cleans up exactly
+//!   as the other would.
 //! * **Poisoning.** If code panics while a shard lock is held (for example an
 //!   injected clock), that shard stays poisoned: every later operation touching
 //!   it returns [`MemoryStoreError::PoisonedShard`] without resetting counters.
