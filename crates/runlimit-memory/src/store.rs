@@ -240,13 +240,10 @@ impl<A: Algorithm> Store<A> {
             Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
             Evaluation::Allowed { decision, next } => {
                 let staged = staging.stage(*key, next);
+                // Counting the shard's keys takes the staging lock again.
+                drop(staging);
                 if self.observer.is_some() {
-                    let (entries, capacity) = staging.occupancy();
-                    effects.capacity.push(CapacityObservation::new(
-                        entries as u64,
-                        capacity as u64,
-                        Some(shard_index),
-                    ));
+                    effects.capacity.push(capacity_of(table, shard_index));
                 }
                 (decision, Some(A::stamp(&staged)))
             }

@@ -380,14 +380,6 @@ impl<S: Packed> StagingGuard<'_, S> {
         self.staging.keys.push((key, state));
         state
     }
-
-    /// Entries stored and staged, and the shard's capacity.
-    pub(crate) fn occupancy(&self) -> (usize, usize) {
-        (
-            self.table.entries.len() + self.staging.keys.len(),
-            self.table.capacity,
-        )
-    }
 }
 
 /// An odd constant close to 2<sup>32</sup> / φ: successive inserts get
