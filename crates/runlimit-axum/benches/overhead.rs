@@ -13,7 +13,11 @@
 //! and the median of both and of their ratio over the rounds.
 //!
 //! Run with `cargo bench -p runlimit-axum --bench overhead` (`ROUNDS=N` for
-//! other than nine rounds).
+//! other than nine rounds). `PROFILE_TARGET=T` (0 bare, 1 Runlimit, 2 and 3
+//! tower_governor with and without headers, 4 the key) runs `PROFILE_CALLS`
+//! requests (20 000 by default) of that target alone and no rounds, for
+//! `perf` or `valgrind --tool=callgrind`: the setup is the same whatever the
+//! target, so two profiles' difference is the targets'.
 #![allow(missing_docs)]
 
 #[path = "../examples/support/governed.rs"]
@@ -83,6 +87,18 @@ fn main() {
     };
 
     let mut port = 0u16;
+    // One target alone, for a profiler (see the module documentation).
+    if let Some(target) = std::env::var("PROFILE_TARGET")
+        .ok()
+        .and_then(|target| target.parse().ok())
+    {
+        let calls = std::env::var("PROFILE_CALLS")
+            .ok()
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(20_000);
+        run(target, calls, &mut port);
+        return;
+    }
     // Calls per slice, from a warm-up of each target.
     let calls: Vec<u32> = (0..TARGETS)
         .map(|target| {

@@ -96,6 +96,10 @@ impl RateLimitContext {
             .any(|policy| policy.decision.is_shadow_denied())
     }
 
+    pub(crate) fn push(&mut self, applied: AppliedPolicy) {
+        self.policies.push(applied);
+    }
+
     pub(crate) fn extend(&mut self, applied: impl IntoIterator<Item = AppliedPolicy>) {
         self.policies.extend(applied);
     }

@@ -9,7 +9,7 @@ use http::{
 };
 use runlimit_core::Decision;
 use runlimit_http::{
-    draft_11::{QuotaPolicy, RATELIMIT_POLICY, policy_field, status_field_for},
+    draft_11::{QuotaPolicy, RATELIMIT, RATELIMIT_POLICY, policy_field, status_field_for},
     legacy::{LegacyFields, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET},
 };
 use smallvec::SmallVec;
@@ -55,8 +55,24 @@ impl ResponseFields {
     }
 }
 
-/// Field lines to add to one response.
-pub(crate) type Fields = SmallVec<[(HeaderName, HeaderValue); 2]>;
+/// The fields to add to one response, by kind: the draft fields are merged
+/// with an inner layer's as lists, the legacy ones compete with an inner
+/// layer's as one quota ([`prepend`]).
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    /// `RateLimit-Policy`.
+    policy: Option<HeaderValue>,
+    /// `RateLimit`.
+    status: Option<HeaderValue>,
+    /// `X-RateLimit-*` and, for a denial, `Retry-After`.
+    legacy: Option<LegacyFields>,
+}
+
+impl Fields {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+}
 
 /// Whether a decision says something about its quota: allowed, or denied on
 /// the quota. A storage-capacity denial does not.
@@ -86,7 +102,7 @@ pub(crate) fn fields_for(
             .filter(|(meta, decision)| meta.advertised.is_some() && reports_quota(decision))
     };
     if format.draft() {
-        let policy = match static_policy {
+        fields.policy = match static_policy {
             Some(value) => Some(value.clone()),
             None => {
                 let advertised: SmallVec<[QuotaPolicy; 2]> = listed()
@@ -95,13 +111,10 @@ pub(crate) fn fields_for(
                 policy_field(&advertised).ok().map(|(_, value)| value)
             }
         };
-        if let Some(value) = policy {
-            fields.push((RATELIMIT_POLICY, value));
-            if let Some(status) =
+        if fields.policy.is_some() {
+            fields.status =
                 status_field_for(listed().map(|(meta, decision)| (&meta.name, *decision)))
-            {
-                fields.push(status);
-            }
+                    .map(|(_, value)| value);
         }
     }
     if format.legacy()
@@ -113,15 +126,8 @@ pub(crate) fn fields_for(
                 let reset = decision.reset_after().or(decision.retry_after());
                 (remaining, std::cmp::Reverse(reset))
             })
-        && let Some(legacy) = LegacyFields::from_decision(decision, SystemTime::now())
     {
-        let mut headers = HeaderMap::new();
-        legacy.append_to(&mut headers);
-        fields.extend(
-            headers
-                .into_iter()
-                .filter_map(|(name, value)| name.map(|name| (name, value))),
-        );
+        fields.legacy = LegacyFields::from_decision(decision, SystemTime::now());
     }
     fields
 }
@@ -134,47 +140,45 @@ pub(crate) fn fields_for(
 /// the set with the fewer units remaining is kept, this layer's or an inner
 /// layer's.
 pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
-    let remaining = |headers: &HeaderMap| -> Option<u64> {
-        headers
+    let Fields {
+        policy,
+        status,
+        legacy,
+    } = fields;
+    for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, status)] {
+        if let Some(value) = value {
+            prepend_member(headers, name, value);
+        }
+    }
+    if let Some(legacy) = legacy {
+        let inner_remaining = headers
             .get(&X_RATELIMIT_REMAINING)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse().ok())
-    };
-    let ours = fields
-        .iter()
-        .find(|(name, _)| *name == X_RATELIMIT_REMAINING)
-        .and_then(|(_, value)| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    // Only a layer that sends legacy fields looks for an inner layer's.
-    let keep_inner_legacy =
-        ours.is_some_and(|ours| remaining(headers).is_some_and(|inner| inner <= ours));
-    for (name, value) in fields {
-        if is_legacy(&name) {
-            if !keep_inner_legacy {
-                headers.insert(name, value);
+            .and_then(|value| value.parse::<u64>().ok());
+        if inner_remaining.is_none_or(|inner| inner > legacy.remaining()) {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(legacy.limit()));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(legacy.remaining()));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(legacy.reset_at()));
+            if let Some(seconds) = legacy.retry_after_seconds() {
+                headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
             }
-            continue;
-        }
-        // One lookup in the common case, where no inner layer added the field.
-        let mut entry = match headers.entry(name) {
-            Entry::Vacant(vacant) => {
-                vacant.insert(value);
-                continue;
-            }
-            Entry::Occupied(occupied) => occupied,
-        };
-        let existing: SmallVec<[HeaderValue; 2]> = entry.iter().cloned().collect();
-        entry.insert(value);
-        for value in existing {
-            entry.append(value);
         }
     }
 }
 
-/// Whether a field is one of the single-valued legacy fields.
-fn is_legacy(name: &HeaderName) -> bool {
-    *name == X_RATELIMIT_LIMIT
-        || *name == X_RATELIMIT_REMAINING
-        || *name == X_RATELIMIT_RESET
-        || *name == RETRY_AFTER
+/// Puts `value` first among the values of the list field `name`.
+fn prepend_member(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    // One lookup in the common case, where no inner layer added the field.
+    let mut entry = match headers.entry(name) {
+        Entry::Vacant(vacant) => {
+            vacant.insert(value);
+            return;
+        }
+        Entry::Occupied(occupied) => occupied,
+    };
+    let existing: SmallVec<[HeaderValue; 2]> = entry.iter().cloned().collect();
+    entry.insert(value);
+    for value in existing {
+        entry.append(value);
+    }
 }

@@ -265,11 +265,11 @@ where
         parts
             .extensions
             .get_or_insert_with(RateLimitContext::default)
-            .extend([AppliedPolicy::new(
+            .push(AppliedPolicy::new(
                 Arc::clone(meta),
                 decision,
                 rule.disclosed,
-            )]);
+            ));
         let mut response = inner.call(Request::from_parts(parts, body)).await?;
         prepend(response.headers_mut(), fields);
         Ok(response)

@@ -367,6 +367,42 @@ async fn nested_layers_append_in_composition_order() {
 }
 
 #[tokio::test]
+async fn nested_layers_report_the_legacy_quota_with_fewer_units_left() {
+    // Whichever layer, outer or inner, has fewer units left, its quota is the
+    // one the single-valued legacy fields report, limit and all.
+    for (outer_limit, inner_limit, expected) in [(2, 5, ("2", "1")), (5, 2, ("2", "1"))] {
+        let hasher = hasher();
+        let limiter = store();
+        let outer = RateLimitLayer::from_shared(Arc::clone(&limiter))
+            .check(
+                policy("client", outer_limit),
+                client_key(Arc::clone(&hasher)),
+            )
+            .fields(runlimit_axum::ResponseFields::Legacy);
+        let inner = RateLimitLayer::from_shared(Arc::clone(&limiter))
+            .check(
+                policy("identity", inner_limit),
+                identity_key(Arc::clone(&hasher)),
+            )
+            .fields(runlimit_axum::ResponseFields::Legacy);
+        let service = outer.layer(inner.layer(handler(
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(Mutex::new(None)),
+        )));
+        let response = service.oneshot(request("net-l", "lee")).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+        let (limit, remaining) = expected;
+        assert_eq!(values(response.headers(), "x-ratelimit-limit"), [limit]);
+        assert_eq!(
+            values(response.headers(), "x-ratelimit-remaining"),
+            [remaining]
+        );
+        assert_eq!(values(response.headers(), "x-ratelimit-reset").len(), 1);
+        assert!(!response.headers().contains_key("ratelimit"));
+    }
+}
+
+#[tokio::test]
 async fn extending_a_clone_leaves_the_original_layer_alone() {
     let hasher = hasher();
     let limiter = store();

@@ -382,11 +382,13 @@ pub fn status_field(statuses: &[QuotaStatus]) -> Result<(HeaderName, HeaderValue
 pub fn status_field_for<'a>(
     decisions: impl IntoIterator<Item = (&'a PolicyName, &'a Decision)>,
 ) -> Option<(HeaderName, HeaderValue)> {
-    // Built on the stack (spilling only for long names) and copied once into
-    // the value's own allocation: a `String` handed to `Bytes` would cost a
-    // second allocation for its shared header whenever capacity exceeds length.
-    let mut text: SmallVec<[u8; 128]> = SmallVec::new();
-    let mut integers = itoa::Buffer::new();
+    // The members are gathered first so the value can be written into a
+    // buffer of exactly its length, which the value then keeps as its own:
+    // no copy, and no second allocation (a `Vec` whose capacity exceeds its
+    // length would cost `Bytes` a shared header). Written with `Vec` appends,
+    // which copy only what is appended.
+    let mut members: SmallVec<[(&str, u64, u64); 2]> = SmallVec::new();
+    let mut length = 0;
     for (name, decision) in decisions {
         let Some((remaining, reset)) = quota_state(decision) else {
             continue;
@@ -395,22 +397,40 @@ pub fn status_field_for<'a>(
         if remaining > MAX_INTEGER || reset > MAX_INTEGER {
             continue;
         }
+        let separator = if members.is_empty() { 0 } else { ", ".len() };
+        length += separator
+            + name.serialized.len()
+            + ";r=".len()
+            + decimal_digits(remaining)
+            + ";t=".len()
+            + decimal_digits(reset);
+        members.push((name.serialized.as_str(), remaining, reset));
+    }
+    if members.is_empty() {
+        return None;
+    }
+    let mut text = Vec::with_capacity(length);
+    let mut integers = itoa::Buffer::new();
+    for (name, remaining, reset) in members {
         if !text.is_empty() {
             text.extend_from_slice(b", ");
         }
-        text.extend_from_slice(name.serialized.as_bytes());
+        text.extend_from_slice(name.as_bytes());
         text.extend_from_slice(b";r=");
         text.extend_from_slice(integers.format(remaining).as_bytes());
         text.extend_from_slice(b";t=");
         text.extend_from_slice(integers.format(reset).as_bytes());
     }
-    if text.is_empty() {
-        return None;
-    }
+    debug_assert_eq!(text.len(), length, "the length was counted exactly");
     // Printable ASCII by construction.
-    HeaderValue::from_bytes(&text)
+    HeaderValue::try_from(text)
         .ok()
         .map(|value| (RATELIMIT, value))
+}
+
+/// How many decimal digits `n` is written with.
+fn decimal_digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
 /// Policies that can be advertised in `RateLimit-Policy`.

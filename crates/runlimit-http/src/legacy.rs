@@ -95,6 +95,24 @@ impl LegacyFields {
         }
     }
 
+    /// `X-RateLimit-Limit`: the quota's capacity.
+    #[must_use]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// `X-RateLimit-Remaining`: the units left, zero for a denial.
+    #[must_use]
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// `X-RateLimit-Reset`: when the quota resets, in Unix seconds (rounded up).
+    #[must_use]
+    pub fn reset_at(&self) -> u64 {
+        self.reset_at
+    }
+
     /// `Retry-After` in whole seconds, for denials.
     #[must_use]
     pub fn retry_after_seconds(&self) -> Option<u64> {

@@ -4,7 +4,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use runlimit_core::{
-    Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SlidingWindowPolicy,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId,
+    SlidingWindowPolicy,
 };
 use runlimit_http::{
     FieldError,
@@ -292,4 +293,39 @@ fn the_fast_status_path_matches_the_general_one_for_long_fields() {
         .collect();
     let (_, value) = fast_and_general(&names, &decisions);
     assert!(value.len() > 256, "a long field");
+}
+
+/// Integers up to `max` at every digit-count boundary, and anywhere between.
+fn field_integer(max: u64) -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    prop_oneof![
+        0..=20u64,
+        (0..16u32).prop_map(|exponent| 10u64.pow(exponent)),
+        (1..16u32).prop_map(|exponent| 10u64.pow(exponent) - 1),
+        0..=max,
+    ]
+    .prop_map(move |integer| integer.min(max))
+}
+
+proptest::proptest! {
+    /// The fast path sizes its buffer from the digits it will write: any
+    /// remaining count and reset, at any digit count, encode as the general
+    /// path encodes them.
+    #[test]
+    fn the_fast_status_path_matches_the_general_one_for_any_integers(
+        members in proptest::collection::vec(
+            (field_integer(MAX_LIMIT), field_integer(MAX_INTEGER)),
+            1..4,
+        ),
+    ) {
+        let names: Vec<_> = (0..members.len()).map(|index| name(&format!("p{index}"))).collect();
+        let decisions: Vec<Decision> = members
+            .iter()
+            .map(|&(remaining, reset)| {
+                Decision::allowed(MAX_LIMIT, remaining, Duration::from_secs(reset))
+                    .expect("valid")
+            })
+            .collect();
+        fast_and_general(&names, &decisions);
+    }
 }
