@@ -95,6 +95,11 @@ pub trait BodyMode<B>: sealed::Sealed + Copy + fmt::Debug + Send + Sync + 'stati
         parts: &mut Parts,
         body: B,
     ) -> impl Future<Output = Result<B, Rejection<'static>>> + Send;
+
+    /// Whether [`prepare`](Self::prepare) reads the body; when it does not,
+    /// it returns the body unchanged and need not be called.
+    #[doc(hidden)]
+    fn reads_body(self) -> bool;
 }
 
 /// Keys come from the request head only; the body is passed through unread.
@@ -104,6 +109,10 @@ pub struct HeadKeyed;
 impl<B: Send + 'static> BodyMode<B> for HeadKeyed {
     async fn prepare(self, _parts: &mut Parts, body: B) -> Result<B, Rejection<'static>> {
         Ok(body)
+    }
+
+    fn reads_body(self) -> bool {
+        false
     }
 }
 
@@ -152,5 +161,9 @@ where
         };
         parts.extensions.insert(RequestBody(bytes.clone()));
         Ok(B::from(bytes))
+    }
+
+    fn reads_body(self) -> bool {
+        true
     }
 }

@@ -7,7 +7,9 @@ use std::{
 };
 
 use http::{Request, Response, request::Parts};
-use runlimit_core::{BatchDecision, Check, Decision, Denial, Limiter, QuotaMode, Receipt};
+use runlimit_core::{
+    BatchDecision, Check, Decision, Denial, Limiter, Policy, QuotaMode, Receipt, SubjectKey,
+};
 use runlimit_http::draft_11::{Advertise, PolicyName};
 use smallvec::SmallVec;
 use tower_service::Service;
@@ -139,7 +141,7 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<Response<ResBody>, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.instance().poll_ready(cx)
@@ -149,17 +151,56 @@ where
         // Tower's readiness contract: the call gets the instance that was polled
         // ready; a next poll_ready makes another from the spare.
         let mut ready = self.take_instance();
-        let (parts, body) = request.into_parts();
-        let skip = self.shared.config.skip.as_ref();
-        if skip.is_some_and(|skip| skip(&parts)) {
+        let (mut parts, body) = request.into_parts();
+        let config = &self.shared.config;
+        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
             // Not admitted at all: the inner service is called now.
-            return ResponseFuture::new(Box::pin(ready.call(Request::from_parts(parts, body))));
+            return ResponseFuture::called(
+                ready.call(Request::from_parts(parts, body)),
+                Fields::new(),
+            );
         }
-        let config = Arc::clone(&self.shared.config);
-        if single_fixed(&config).is_some() {
-            ResponseFuture::new(Box::pin(admit_one(config, self.body, ready, parts, body)))
-        } else {
-            ResponseFuture::new(Box::pin(admit(config, self.body, ready, parts, body)))
+        let Some(single) = single_fixed(config) else {
+            let config = Arc::clone(config);
+            return ResponseFuture::admitting(Box::pin(admit(
+                config, self.body, ready, parts, body,
+            )));
+        };
+        if self.body.reads_body() {
+            let config = Arc::clone(config);
+            return ResponseFuture::admitting(Box::pin(admit_one(
+                config, self.body, ready, parts, body, None,
+            )));
+        }
+        // The request head is all the check reads: it is keyed now, and
+        // decided now if the limiter can, so the admission needs no future
+        // of its own.
+        let key = match single.key(config, &parts) {
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                return ResponseFuture::called(
+                    ready.call(Request::from_parts(parts, body)),
+                    Fields::new(),
+                );
+            }
+            Err(answer) => return ResponseFuture::answered(answer),
+        };
+        let Some(decided) = config.limiter.check_now(&Check::new(single.policy, key)) else {
+            let config = Arc::clone(config);
+            return ResponseFuture::admitting(Box::pin(admit_one(
+                config,
+                self.body,
+                ready,
+                parts,
+                body,
+                Some(key),
+            )));
+        };
+        match single.admitted(config, &mut parts, decided) {
+            Ok(fields) => {
+                ResponseFuture::called(ready.call(Request::from_parts(parts, body)), fields)
+            }
+            Err(answer) => ResponseFuture::answered(answer),
         }
     }
 }
@@ -188,74 +229,69 @@ fn single_fixed<L: Limiter, M>(config: &Config<L, M>) -> Option<SingleFixed<'_, 
     }
 }
 
-/// [`admit`] for a layer of one fixed check counted on admission
-/// ([`single_fixed`]), step for step the same, without the per-request lists
-/// that several, selected or refundable checks need: less work, and a state
-/// two thirds the size of `admit`'s for the box every request's admission
-/// lives in.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an `async fn` keeps its arguments twice in its state"
-)]
-fn admit_one<S, L, M, B, ReqBody, ResBody>(
-    config: Arc<Config<L, M>>,
-    body_mode: B,
-    mut inner: S,
-    mut parts: Parts,
-    body: ReqBody,
-) -> impl Future<Output = Result<Response<ResBody>, S::Error>>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    L: Limiter,
-    L::Policy: Advertise + 'static,
-    M: RejectionMapper<ResBody>,
-    B: BodyMode<ReqBody>,
-{
-    async move {
-        let Some(SingleFixed { rule, policy, meta }) = single_fixed(&config) else {
-            // The caller checked; a layer's rules never change after it is built.
-            return Box::pin(admit(Arc::clone(&config), body_mode, inner, parts, body)).await;
-        };
-        let body = match body_mode.prepare(&mut parts, body).await {
-            Ok(body) => body,
-            Err(rejection) => return Ok(config.mapper.respond(&rejection)),
-        };
-        if rule
+impl<P: Policy + 'static> SingleFixed<'_, P> {
+    /// The key `parts` have under this check; `None` when the check does not
+    /// apply to the request, or the layer's answer when it cannot be keyed.
+    fn key<L, M, ResBody>(
+        &self,
+        config: &Config<L, M>,
+        parts: &Parts,
+    ) -> Result<Option<SubjectKey>, Response<ResBody>>
+    where
+        L: Limiter<Policy = P>,
+        M: RejectionMapper<ResBody>,
+    {
+        if self
+            .rule
             .applies
             .as_ref()
-            .is_some_and(|applies| !applies(&parts))
+            .is_some_and(|applies| !applies(parts))
         {
             // The check does not apply to this request: nothing to count.
-            return inner.call(Request::from_parts(parts, body)).await;
+            return Ok(None);
         }
-        let key = match rule.extractor.extract(&parts, policy) {
-            Ok(key) => key,
-            Err(missing) => {
-                return Ok(config.mapper.respond(&Rejection::MissingMetadata {
-                    policy: Some(&meta.name),
-                    missing,
-                }));
-            }
-        };
-        let decision = match config.limiter.check(&Check::new(policy, key)).await {
+        match self.rule.extractor.extract(parts, self.policy) {
+            Ok(key) => Ok(Some(key)),
+            Err(missing) => Err(config.mapper.respond(&Rejection::MissingMetadata {
+                policy: Some(&self.meta.name),
+                missing,
+            })),
+        }
+    }
+
+    /// What the check's outcome makes of the request: admitted, with its
+    /// context recorded in `parts` and the fields for the inner service's
+    /// response (none when failing open on a backend error), or the layer's
+    /// answer instead.
+    fn admitted<L, M, ResBody>(
+        &self,
+        config: &Config<L, M>,
+        parts: &mut Parts,
+        decided: Result<Decision, L::Error>,
+    ) -> Result<Fields, Response<ResBody>>
+    where
+        L: Limiter<Policy = P>,
+        P: Advertise,
+        M: RejectionMapper<ResBody>,
+    {
+        let Self { rule, meta, .. } = self;
+        let decision = match decided {
             Ok(decision) => decision,
-            Err(error) if config.failure.admits_after(&error) => {
-                return inner.call(Request::from_parts(parts, body)).await;
-            }
+            // Failing open: no context and no fields.
+            Err(error) if config.failure.admits_after(&error) => return Ok(Fields::new()),
             Err(error) => {
-                return Ok(config
+                return Err(config
                     .mapper
                     .respond(&Rejection::BackendFailure { error: &error }));
             }
         };
         if let Some(denial) = decision.denial().filter(|_| decision.is_denied()) {
-            return Ok(quota_rejection(&config, meta, rule.disclosed, denial));
+            return Err(quota_rejection(config, meta, rule.disclosed, denial));
         }
         let fields = if rule.disclosed {
-            let reported = [(&**meta, &decision)];
             fields_for(
                 config.fields,
-                &reported,
+                &[(&**meta, &decision)],
                 config.static_policy_field.as_ref(),
             )
         } else {
@@ -270,9 +306,57 @@ where
                 decision,
                 rule.disclosed,
             ));
-        let mut response = inner.call(Request::from_parts(parts, body)).await?;
-        prepend(response.headers_mut(), fields);
-        Ok(response)
+        Ok(fields)
+    }
+}
+
+/// [`admit`] for a layer of one fixed check counted on admission
+/// ([`single_fixed`]) whose admission waits, on the body or on the limiter
+/// (`key` is the request's key when it was taken before the wait): step for
+/// step the same, without the per-request lists that several, selected or
+/// refundable checks need.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice in its state"
+)]
+fn admit_one<S, L, M, B, ReqBody, ResBody>(
+    config: Arc<Config<L, M>>,
+    body_mode: B,
+    mut inner: S,
+    mut parts: Parts,
+    body: ReqBody,
+    key: Option<SubjectKey>,
+) -> impl Future<Output = Result<Response<ResBody>, S::Error>>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    L: Limiter,
+    L::Policy: Advertise + 'static,
+    M: RejectionMapper<ResBody>,
+    B: BodyMode<ReqBody>,
+{
+    async move {
+        let Some(single) = single_fixed(&config) else {
+            // The caller checked; a layer's rules never change after it is built.
+            return Box::pin(admit(Arc::clone(&config), body_mode, inner, parts, body)).await;
+        };
+        let body = match body_mode.prepare(&mut parts, body).await {
+            Ok(body) => body,
+            Err(rejection) => return Ok(config.mapper.respond(&rejection)),
+        };
+        let key = match key.map_or_else(|| single.key(&config, &parts), |key| Ok(Some(key))) {
+            Ok(Some(key)) => key,
+            Ok(None) => return inner.call(Request::from_parts(parts, body)).await,
+            Err(answer) => return Ok(answer),
+        };
+        let decided = config.limiter.check(&Check::new(single.policy, key)).await;
+        match single.admitted(&config, &mut parts, decided) {
+            Ok(fields) => {
+                let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                prepend(response.headers_mut(), fields);
+                Ok(response)
+            }
+            Err(answer) => Ok(answer),
+        }
     }
 }
 

@@ -269,9 +269,12 @@ async fn shadow_denials_are_admitted_and_reported() {
     );
 }
 
-/// A backend that always fails.
+/// A backend that always fails: in its future, or (`now`) at once, as an
+/// in-process store that fails would.
 #[derive(Debug)]
-struct Broken;
+struct Broken {
+    now: bool,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("backend unreachable")]
@@ -291,44 +294,53 @@ impl Limiter for Broken {
     ) -> Result<BatchDecision, BrokenError> {
         Err(BrokenError)
     }
+
+    fn check_now(&self, _: &Check<'_, FixedWindowPolicy>) -> Option<Result<Decision, BrokenError>> {
+        self.now.then_some(Err(BrokenError))
+    }
 }
 
 #[tokio::test]
 async fn backend_failures_fail_closed_by_default() {
-    let layer = RateLimitLayer::new(Broken).check(policy("client", 1), client_key(hasher()));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));
-    let response = service.oneshot(request("net-e", "x")).await.expect("ok");
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        !body_text(response).await.contains("unreachable"),
-        "no backend text leaks"
-    );
-    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    for now in [false, true] {
+        let layer =
+            RateLimitLayer::new(Broken { now }).check(policy("client", 1), client_key(hasher()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let service = layer.layer(handler(Arc::clone(&calls), Arc::new(Mutex::new(None))));
+        let response = service.oneshot(request("net-e", "x")).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !body_text(response).await.contains("unreachable"),
+            "no backend text leaks"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
 }
 
 #[tokio::test]
 async fn failing_open_is_explicit_and_observed() {
-    let observed = Arc::new(AtomicUsize::new(0));
-    let hook = Arc::clone(&observed);
-    let layer = RateLimitLayer::new(Broken)
-        .check(policy("client", 1), client_key(hasher()))
-        .failure_mode(FailureMode::fail_open(move |error| {
-            assert_eq!(error.to_string(), "backend unreachable");
-            hook.fetch_add(1, Ordering::SeqCst);
-        }));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(None));
-    let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
-    let response = service.oneshot(request("net-f", "x")).await.expect("ok");
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert_eq!(observed.load(Ordering::SeqCst), 1);
-    assert!(
-        seen.lock().expect("lock").is_none(),
-        "no context on fail-open"
-    );
-    assert!(!response.headers().contains_key("ratelimit"));
+    for now in [false, true] {
+        let observed = Arc::new(AtomicUsize::new(0));
+        let hook = Arc::clone(&observed);
+        let layer = RateLimitLayer::new(Broken { now })
+            .check(policy("client", 1), client_key(hasher()))
+            .failure_mode(FailureMode::fail_open(move |error| {
+                assert_eq!(error.to_string(), "backend unreachable");
+                hook.fetch_add(1, Ordering::SeqCst);
+            }));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(None));
+        let service = layer.layer(handler(Arc::clone(&calls), Arc::clone(&seen)));
+        let response = service.oneshot(request("net-f", "x")).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(observed.load(Ordering::SeqCst), 1);
+        assert!(
+            seen.lock().expect("lock").is_none(),
+            "no context on fail-open"
+        );
+        assert!(!response.headers().contains_key("ratelimit"));
+    }
 }
 
 #[tokio::test]
@@ -755,6 +767,71 @@ async fn awaited_backends_derive_each_key_once_and_keep_readiness() {
     );
     // Two checks per request, each key derived exactly once.
     assert_eq!(extractions.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn a_check_decided_at_once_answers_as_an_awaited_one() {
+    // The memory store decides while the layer is called; behind `Awaited`
+    // the same store is awaited. Statuses, fields, context and key
+    // derivations are the same either way.
+    let mut runs = Vec::new();
+    for awaited in [false, true] {
+        let extractions = Arc::new(AtomicUsize::new(0));
+        let checked = (
+            policy("client", 2),
+            counted(&extractions, client_key(hasher())),
+        );
+        let seen = Arc::new(Mutex::new(None));
+        let inner = handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen));
+        let mut service = if awaited {
+            RateLimitLayer::new(Awaited(store()))
+                .check(checked.0, checked.1)
+                .fields(runlimit_axum::ResponseFields::DraftAndLegacy)
+                .layer(inner)
+                .boxed_clone()
+        } else {
+            RateLimitLayer::from_shared(store())
+                .check(checked.0, checked.1)
+                .fields(runlimit_axum::ResponseFields::DraftAndLegacy)
+                .layer(inner)
+                .boxed_clone()
+        };
+        let mut responses = Vec::new();
+        for _ in 0..3 {
+            let ready = service.ready().await.expect("ready");
+            let response = ready.call(request("net-s", "sam")).await.expect("ok");
+            let fields: Vec<(String, Vec<String>)> = [
+                "ratelimit",
+                "ratelimit-policy",
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "retry-after",
+            ]
+            .into_iter()
+            .map(|name| (name.to_owned(), values(response.headers(), name)))
+            .collect();
+            let context = seen.lock().expect("lock").take().map(|context| {
+                context
+                    .policies()
+                    .iter()
+                    .map(|applied| (applied.name().as_str().to_owned(), *applied.decision()))
+                    .collect::<Vec<_>>()
+            });
+            responses.push((response.status(), fields, context));
+        }
+        runs.push((responses, extractions.load(Ordering::SeqCst)));
+    }
+    let statuses: Vec<StatusCode> = runs[0].0.iter().map(|(status, ..)| *status).collect();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    assert_eq!(runs[0].1, 3, "one key derivation per request");
+    assert_eq!(runs[0], runs[1]);
 }
 
 #[tokio::test]

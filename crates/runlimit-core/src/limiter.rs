@@ -67,4 +67,36 @@ pub trait Limiter: Send + Sync {
         &self,
         checks: &[Check<'_, Self::Policy>],
     ) -> impl Future<Output = Result<BatchDecision, Self::Error>> + Send;
+
+    /// Evaluates one check at once, without a future, if this limiter decides
+    /// without waiting: `Some` with exactly what [`check`](Self::check) would
+    /// have returned (and consumed), or `None`, having done nothing, when the
+    /// decision needs the future.
+    ///
+    /// A hint for callers that can take a shorter path for a decision in
+    /// hand, as middleware does by not boxing an admission that never waits;
+    /// like [`Iterator::size_hint`], it changes no semantics. The default is
+    /// `None`, which is always correct: implement it only for a limiter whose
+    /// check never waits (the in-process stores), never by blocking.
+    ///
+    /// ```
+    /// use runlimit_core::{Check, Limiter};
+    ///
+    /// async fn decide<L: Limiter>(limiter: &L, check: &Check<'_, L::Policy>) -> Result<bool, L::Error> {
+    ///     let decision = match limiter.check_now(check) {
+    ///         Some(decided) => decided?,
+    ///         None => limiter.check(check).await?,
+    ///     };
+    ///     Ok(decision.is_allowed())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check), inside the `Some`.
+    #[inline]
+    fn check_now(&self, check: &Check<'_, Self::Policy>) -> Option<Result<Decision, Self::Error>> {
+        let _ = check;
+        None
+    }
 }

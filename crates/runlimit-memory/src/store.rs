@@ -917,6 +917,12 @@ where
         Store::check(self, check)
     }
 
+    /// Always decides at once: [`Store::check`].
+    #[inline]
+    fn check_now(&self, check: &Check<'_, Self::Policy>) -> Option<Result<Decision, Self::Error>> {
+        Some(Store::check(self, check))
+    }
+
     /// Runs [`Store::check_all`] when first polled.
     async fn check_all(
         &self,

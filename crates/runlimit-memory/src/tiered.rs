@@ -291,6 +291,21 @@ impl<G: Lifecycle, S: Limiter> Limiter for Tiered<G, S> {
         .await
         .map(|(batch, ..)| batch)
     }
+
+    /// At once when the check's own tier decides at once (the in-process
+    /// gate does).
+    fn check_now(&self, check: &Check<'_, Self::Policy>) -> Option<Result<Decision, Self::Error>> {
+        match check.tier() {
+            TierCheck::Gate(check) => self
+                .gate
+                .check_now(&check)
+                .map(|decided| decided.map_err(TieredError::Gate)),
+            TierCheck::Shared(check) => self
+                .shared
+                .check_now(&check)
+                .map(|decided| decided.map_err(TieredError::Shared)),
+        }
+    }
 }
 
 /// Shared policies are where the shared backend keeps them; gate policies

@@ -643,6 +643,56 @@ fn limiter_futures_do_nothing_until_polled() {
 }
 
 #[test]
+fn stores_decide_at_once_exactly_as_their_futures_do() {
+    // `check_now` is the store's check without the future: the same
+    // decisions, consuming the same quota, interleaved with awaited checks.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new();
+    let (mixed, awaited) = (store(8, &clock), store(8, &clock));
+    let policy = policy(3, Duration::from_secs(60));
+    let check = Check::new(&policy, key(7));
+    for round in 0..5 {
+        let expected = runtime
+            .block_on(Limiter::check(&awaited, &check))
+            .expect("ok");
+        let decided = if round % 2 == 0 {
+            Limiter::check_now(&mixed, &check).expect("decides at once")
+        } else {
+            runtime.block_on(Limiter::check(&mixed, &check))
+        };
+        assert_eq!(decided.expect("ok"), expected, "round {round}");
+    }
+    assert!(
+        Limiter::check_now(&mixed, &check)
+            .expect("decides at once")
+            .expect("ok")
+            .is_denied()
+    );
+
+    let gcra = GcraStore::new(MemoryStoreConfig::new(8).expect("valid")).with_clock(clock.clone());
+    let policy = GcraPolicy::new(
+        PolicyId::new("api.read").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(1),
+        2,
+    )
+    .expect("valid");
+    let check = Check::new(&policy, key(8));
+    let allowed: Vec<bool> = (0..3)
+        .map(|_| {
+            Limiter::check_now(&gcra, &check)
+                .expect("decides at once")
+                .expect("ok")
+                .is_allowed()
+        })
+        .collect();
+    assert_eq!(allowed, [true, true, false]);
+}
+
+#[test]
 fn gcra_entries_expire_when_the_full_burst_has_replenished() {
     let clock = ManualClock::new();
     let store = GcraStore::new(MemoryStoreConfig::new(1).expect("valid")).with_clock(clock.clone());

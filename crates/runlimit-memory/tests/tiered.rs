@@ -254,3 +254,29 @@ async fn refunds_give_each_tier_its_own_and_refuse_foreign_receipts() {
     assert!(limiter.reset(&account, &key(2)).await.expect("reset"));
     assert_eq!(remaining(limiter.shared(), &identity, key(2)), 5);
 }
+
+#[test]
+fn a_single_check_decides_at_once_when_its_tier_does() {
+    // The gate is a memory store and decides at once; the shared backend
+    // stands in for a networked one and only decides in its future, without
+    // being reached by the attempt.
+    let shared = Shared::new();
+    let limiter = Tiered::new(store(), shared.clone());
+    let client = window("login.local", "client", 1);
+    let gate = TieredPolicy::Gate(client.clone());
+    let account = TieredPolicy::Shared(window("login.shared", "identity", 1));
+    let gated = Check::new(&gate, key(1));
+    let decided: Vec<bool> = (0..2)
+        .map(|_| {
+            limiter
+                .check_now(&gated)
+                .expect("the gate decides at once")
+                .expect("ok")
+                .is_allowed()
+        })
+        .collect();
+    assert_eq!(decided, [true, false]);
+    assert_eq!(remaining(limiter.gate(), &client, key(1)), 0);
+    assert!(limiter.check_now(&Check::new(&account, key(2))).is_none());
+    assert_eq!(shared.calls.load(Ordering::SeqCst), 0);
+}
