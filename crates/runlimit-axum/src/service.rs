@@ -153,55 +153,82 @@ where
         let mut ready = self.take_instance();
         let (mut parts, body) = request.into_parts();
         let config = &self.shared.config;
-        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-            // Not admitted at all: the inner service is called now.
-            return ResponseFuture::called(
-                ready.call(Request::from_parts(parts, body)),
-                Fields::new(),
-            );
-        }
-        let Some(single) = single_fixed(config) else {
-            let config = Arc::clone(config);
-            return ResponseFuture::admitting(Box::pin(admit(
-                config, self.body, ready, parts, body,
-            )));
-        };
-        if self.body.reads_body() {
-            let config = Arc::clone(config);
-            return ResponseFuture::admitting(Box::pin(admit_one(
-                config, self.body, ready, parts, body, None,
-            )));
-        }
-        // The request head is all the check reads: it is keyed now, and
-        // decided now if the limiter can, so the admission needs no future
-        // of its own.
-        let key = match single.key(config, &parts) {
-            Ok(Some(key)) => key,
-            Ok(None) => {
-                return ResponseFuture::called(
-                    ready.call(Request::from_parts(parts, body)),
-                    Fields::new(),
-                );
+        // One place each calls the inner service and boxes an admission, so
+        // the request head is moved as few times as the paths allow.
+        match admission_now(config, self.body.reads_body(), &mut parts) {
+            Now::Call(fields) => {
+                ResponseFuture::called(ready.call(Request::from_parts(parts, body)), fields)
             }
-            Err(answer) => return ResponseFuture::answered(answer),
-        };
-        let Some(decided) = config.limiter.check_now(&Check::new(single.policy, key)) else {
-            let config = Arc::clone(config);
-            return ResponseFuture::admitting(Box::pin(admit_one(
-                config,
+            Now::Answer(response) => ResponseFuture::answered(response),
+            Now::AwaitOne(key) => ResponseFuture::admitting(Box::pin(admit_one(
+                Arc::clone(config),
                 self.body,
                 ready,
                 parts,
                 body,
-                Some(key),
-            )));
-        };
-        match single.admitted(config, &mut parts, decided) {
-            Ok(fields) => {
-                ResponseFuture::called(ready.call(Request::from_parts(parts, body)), fields)
-            }
-            Err(answer) => ResponseFuture::answered(answer),
+                key,
+            ))),
+            Now::Await => ResponseFuture::admitting(Box::pin(admit(
+                Arc::clone(config),
+                self.body,
+                ready,
+                parts,
+                body,
+            ))),
         }
+    }
+}
+
+/// What a layer can make of a request while it is called.
+enum Now<B> {
+    /// Call the inner service now; its response gets these fields (none for
+    /// a skipped request, a check that does not apply, or failing open).
+    Call(Fields),
+    /// Answer with this instead of calling the inner service.
+    Answer(Response<B>),
+    /// Admit under the layer's one check in a future ([`admit_one`]),
+    /// with the request's key when it was taken already.
+    AwaitOne(Option<SubjectKey>),
+    /// Admit under the layer's checks in a future ([`admit`]).
+    Await,
+}
+
+/// Admits the request whose head is `parts` while the layer is called, when
+/// it can: a skipped request, and a layer of one fixed check that reads no
+/// body on a limiter that decides at once. Everything else awaits.
+fn admission_now<L, M, ResBody>(
+    config: &Config<L, M>,
+    reads_body: bool,
+    parts: &mut Parts,
+) -> Now<ResBody>
+where
+    L: Limiter,
+    L::Policy: Advertise + 'static,
+    M: RejectionMapper<ResBody>,
+{
+    if config.skip.as_ref().is_some_and(|skip| skip(parts)) {
+        // Not admitted at all.
+        return Now::Call(Fields::new());
+    }
+    let Some(single) = single_fixed(config) else {
+        return Now::Await;
+    };
+    if reads_body {
+        return Now::AwaitOne(None);
+    }
+    // The request head is all the check reads: it is keyed now, and decided
+    // now if the limiter can, so the admission needs no future of its own.
+    let key = match single.key(config, parts) {
+        Ok(Some(key)) => key,
+        Ok(None) => return Now::Call(Fields::new()),
+        Err(answer) => return Now::Answer(answer),
+    };
+    let Some(decided) = config.limiter.check_now(&Check::new(single.policy, key)) else {
+        return Now::AwaitOne(Some(key));
+    };
+    match single.admitted(config, parts, decided) {
+        Ok(fields) => Now::Call(fields),
+        Err(answer) => Now::Answer(answer),
     }
 }
 
