@@ -405,23 +405,30 @@ impl<S: Limiter> Cached<S> {
         notify(&**observer, |observer| observer.on_admission(&observation));
     }
 
+    /// The decision for one check the cache holds a denial for at `sent`,
+    /// counted as a hit; `None` on a miss.
+    fn answer_from_cache(&self, check: &Check<'_, S::Policy>, sent: u64) -> Option<Decision> {
+        let started = Instant::now();
+        let denial = self.cached(check, sent)?;
+        let decision = Decision::for_mode(check.policy().quota_mode(), denial);
+        self.report(
+            Operation::Check,
+            std::slice::from_ref(check),
+            0,
+            &decision,
+            started,
+        );
+        Some(decision)
+    }
+
     /// One check: from the cache, or from the backend (learning its denial).
     async fn decide_one(
         &self,
         check: &Check<'_, S::Policy>,
         decide: impl AsyncFnOnce() -> Result<(Decision, Option<Receipt>), S::Error>,
     ) -> Result<(Decision, Option<Receipt>), S::Error> {
-        let started = Instant::now();
         let sent = self.cache.now();
-        if let Some(denial) = self.cached(check, sent) {
-            let decision = Decision::for_mode(check.policy().quota_mode(), denial);
-            self.report(
-                Operation::Check,
-                std::slice::from_ref(check),
-                0,
-                &decision,
-                started,
-            );
+        if let Some(decision) = self.answer_from_cache(check, sent) {
             return Ok((decision, None));
         }
         let (decision, receipt) = decide().await?;
@@ -491,6 +498,20 @@ impl<S: Limiter> Limiter for Cached<S> {
         })
         .await
         .map(|(batch, _)| batch)
+    }
+
+    /// At once for a cached denial, and for a miss whose backend decides at
+    /// once (whose denial it learns, as [`check`](Limiter::check) does).
+    fn check_now(&self, check: &Check<'_, S::Policy>) -> Option<Result<Decision, S::Error>> {
+        let sent = self.cache.now();
+        if let Some(decision) = self.answer_from_cache(check, sent) {
+            return Some(Ok(decision));
+        }
+        let decided = self.backend.check_now(check)?;
+        if let Ok(decision) = &decided {
+            self.learn(check, decision, sent);
+        }
+        Some(decided)
     }
 }
 

@@ -16,7 +16,7 @@ use runlimit_core::{
     Check, Decision, FixedWindowPolicy, GcraPolicy, Limiter, Policy, PolicyId, ScopeId, SubjectKey,
 };
 use runlimit_memory::{
-    Algorithm, DenialCache, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, Store,
+    Algorithm, Cached, DenialCache, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, Store,
 };
 
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ where
     let mut now_ms = 1_000_000u64;
     let mut told: HashMap<u8, Told> = HashMap::new();
     let mut elsewhere: HashMap<u8, bool> = HashMap::new();
-    for op in ops {
+    for (index, op) in ops.iter().enumerate() {
         match *op {
             Op::Advance(ms) => {
                 now_ms += ms;
@@ -105,7 +105,16 @@ where
                 let check = Check::weighted(policy, key(s), cost).expect("valid");
                 let hits = cache.stats().hits;
                 let would = alone.peek(&check).expect("ok");
-                let answer: Decision = runtime.block_on(behind.check(&check)).expect("no error");
+                // Every other check is decided at once: the same answers,
+                // from the cache or the backend, and the same learning.
+                let answer: Decision = if index % 2 == 0 {
+                    behind
+                        .check_now(&check)
+                        .expect("a memory backend decides at once")
+                } else {
+                    runtime.block_on(behind.check(&check))
+                }
+                .expect("no error");
                 if cache.stats().hits > hits {
                     // Answered from the cache: a denial the backend gave.
                     let told = told
@@ -175,6 +184,86 @@ proptest! {
         )
         .expect("valid");
         run_trace(&policy, &ops, || GcraStore::new(config()))?;
+    }
+}
+
+/// A backend denial decided at once is learned as an awaited one is, and
+/// answered at once from then on, even in front of a backend that only
+/// decides in its future; a miss in front of that backend is left to it.
+#[test]
+fn denials_decided_at_once_are_learned_and_answered_at_once() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new();
+    let cache = Arc::new(DenialCache::new(config()).with_clock(clock.clone()));
+    let store = Arc::new(MemoryStore::new(config()).with_clock(clock.clone()));
+    let at_once = cache.in_front_of(Shared {
+        store: Arc::clone(&store),
+        at_once: true,
+    });
+    let awaited = cache.in_front_of(Shared {
+        store,
+        at_once: false,
+    });
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("cached").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(60),
+    )
+    .expect("valid");
+    let check = Check::new(&policy, key(1));
+    let decided = |limiter: &Cached<Shared>| {
+        limiter
+            .check_now(&check)
+            .map(|decided| decided.expect("no error"))
+    };
+    assert!(decided(&at_once).expect("at once").is_allowed());
+    // Not cached yet, and that backend cannot decide at once.
+    assert_eq!(decided(&awaited), None);
+    let hits = cache.stats().hits;
+    assert!(decided(&at_once).expect("at once").is_denied());
+    assert_eq!(cache.stats().hits, hits, "the backend's own denial");
+    // Learned: both answer from the cache now, without their backend.
+    assert!(decided(&awaited).expect("cached").is_denied());
+    assert!(
+        runtime
+            .block_on(awaited.check(&check))
+            .expect("ok")
+            .is_denied()
+    );
+    assert_eq!(cache.stats().hits, hits + 2);
+}
+
+/// One memory store behind the async contract, deciding at once only when
+/// `at_once` is set (a networked backend never does).
+#[derive(Debug)]
+struct Shared {
+    store: Arc<MemoryStore>,
+    at_once: bool,
+}
+
+impl Limiter for Shared {
+    type Policy = FixedWindowPolicy;
+    type Error = runlimit_memory::MemoryStoreError;
+
+    async fn check(&self, check: &Check<'_, FixedWindowPolicy>) -> Result<Decision, Self::Error> {
+        self.store.check(check)
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[Check<'_, FixedWindowPolicy>],
+    ) -> Result<runlimit_core::BatchDecision, Self::Error> {
+        self.store.check_all(checks)
+    }
+
+    fn check_now(
+        &self,
+        check: &Check<'_, FixedWindowPolicy>,
+    ) -> Option<Result<Decision, Self::Error>> {
+        self.at_once.then(|| self.store.check(check))
     }
 }
 
