@@ -234,7 +234,8 @@ where
 
 /// The layer's one rule, its policy and their metadata, when the layer has a
 /// single check of a fixed policy and counts every admission (no refunds):
-/// the common layer, which [`admit_one`] serves.
+/// the common layer, which [`admission_now`] admits while it is called when
+/// it can, and [`admit_one`] otherwise.
 struct SingleFixed<'a, P> {
     rule: &'a Rule<P>,
     policy: &'a P,
