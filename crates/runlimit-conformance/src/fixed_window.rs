@@ -6,7 +6,7 @@ use runlimit_core::{BatchDecision, Check, FixedWindowPolicy, Limiter};
 
 use crate::{
     TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all,
-    fixed_window, subject, windows,
+    decides_at_once_as_awaited, fixed_window, subject, windows,
 };
 
 /// Runs every fixed-window case.
@@ -23,6 +23,7 @@ where
     fixed_window_shadow_mode(limiter).await;
     fixed_window_retry_after_rounding(limiter, time).await;
     fixed_window_policies_are_independent(limiter).await;
+    fixed_window_decides_at_once_as_awaited(limiter).await;
 }
 
 /// The first allowed check anchors the window; it renews only after the whole
@@ -203,4 +204,14 @@ where
     L: Limiter<Policy = FixedWindowPolicy>,
 {
     windows::policies_are_independent(limiter).await;
+}
+
+/// A check decided at once is the one the awaited check would give.
+pub async fn fixed_window_decides_at_once_as_awaited<L>(limiter: &L)
+where
+    L: Limiter<Policy = FixedWindowPolicy>,
+{
+    let case = "fixed window decided at once";
+    let policy = fixed_window("at-once", 2, Duration::from_secs(60));
+    decides_at_once_as_awaited(limiter, &policy, case).await;
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 use runlimit_core::{BatchDecision, Check, GcraPolicy, Limiter, QuotaMode};
 
 use crate::{
-    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all, gcra,
-    subject,
+    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all,
+    decides_at_once_as_awaited, gcra, subject,
 };
 
 /// Runs every GCRA case.
@@ -21,6 +21,7 @@ where
     gcra_retry_after_rounds_up_to_milliseconds(limiter, time).await;
     gcra_batches_are_atomic(limiter).await;
     gcra_shadow_mode(limiter).await;
+    gcra_decides_at_once_as_awaited(limiter).await;
 }
 
 /// A fresh key may spend its whole burst at once; then one unit replenishes every
@@ -196,4 +197,14 @@ where
         case,
         &decide(limiter, &Check::new(&enforced, subject(26)), case).await,
     );
+}
+
+/// A check decided at once is the one the awaited check would give.
+pub async fn gcra_decides_at_once_as_awaited<L>(limiter: &L)
+where
+    L: Limiter<Policy = GcraPolicy>,
+{
+    let case = "gcra decided at once";
+    let policy = gcra("at-once", 1, Duration::from_secs(60), 2);
+    decides_at_once_as_awaited(limiter, &policy, case).await;
 }

@@ -157,6 +157,34 @@ pub(crate) async fn decide<L: Limiter>(
     }
 }
 
+/// A limit-2 `policy` checked three times on a fresh key, alternating
+/// [`Limiter::check_now`] (falling back to the future when it declines) with
+/// the awaited check: a limiter that decides at once gives exactly what its
+/// future would, consuming the same; one that declines has consumed nothing.
+pub(crate) async fn decides_at_once_as_awaited<L: Limiter>(
+    limiter: &L,
+    policy: &L::Policy,
+    case: &str,
+) {
+    let check = Check::new(policy, subject(61));
+    let mut decisions = Vec::new();
+    for round in 0..3 {
+        let at_once = if round % 2 == 0 {
+            limiter.check_now(&check)
+        } else {
+            None
+        };
+        decisions.push(match at_once {
+            Some(Ok(decision)) => decision,
+            Some(Err(error)) => panic!("{case}: backend error: {error}"),
+            None => decide(limiter, &check, case).await,
+        });
+    }
+    assert_allowed(case, &decisions[0], 1);
+    assert_allowed(case, &decisions[1], 0);
+    assert_quota_denied(case, &decisions[2]);
+}
+
 pub(crate) async fn decide_all<L: Limiter>(
     limiter: &L,
     checks: &[Check<'_, L::Policy>],

@@ -14,7 +14,7 @@ use runlimit_core::{BatchDecision, Check, Limiter, MAX_LIMIT, MAX_WINDOW, Slidin
 
 use crate::{
     TimeControl, assert_allowed, assert_between, assert_quota_denied, decide, decide_all,
-    sliding_window, subject, windows,
+    decides_at_once_as_awaited, sliding_window, subject, windows,
 };
 
 /// Runs every sliding-window case.
@@ -33,6 +33,7 @@ where
     sliding_window_retry_after_rounding(limiter, time).await;
     windows::policies_are_independent(limiter).await;
     sliding_window_extremes_are_exact(limiter, time).await;
+    sliding_window_decides_at_once_as_awaited(limiter).await;
 }
 
 /// The range a time reported `elapsed` after a unit's admission lies in:
@@ -275,4 +276,14 @@ where
     assert_allowed(case, &decide(limiter, &almost, case).await, 1);
     assert_allowed(case, &decide(limiter, &one, case).await, 0);
     assert_quota_denied(case, &decide(limiter, &one, case).await);
+}
+
+/// A check decided at once is the one the awaited check would give.
+pub async fn sliding_window_decides_at_once_as_awaited<L>(limiter: &L)
+where
+    L: Limiter<Policy = SlidingWindowPolicy>,
+{
+    let case = "sliding window decided at once";
+    let policy = sliding_window("at-once", 2, Duration::from_secs(60));
+    decides_at_once_as_awaited(limiter, &policy, case).await;
 }
