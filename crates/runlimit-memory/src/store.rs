@@ -150,10 +150,7 @@ impl<A: Algorithm> Store<A> {
         let key = StoreKey::new(&check.counter_key());
         let shard_index = key.shard(self.shards.len());
         let mut effects = Effects::default();
-        let result = match self.check_stored(shard_index, &key, check, &mut effects) {
-            Some(result) => result,
-            None => self.check_exclusive(shard_index, &key, check, &mut effects),
-        };
+        let result = self.check_stored(shard_index, &key, check, &mut effects);
         let outcome = match &result {
             Ok((decision, _)) => AdmissionOutcome::of_decision(decision),
             Err(_) => AdmissionOutcome::of_failure(false),
@@ -164,8 +161,9 @@ impl<A: Algorithm> Store<A> {
     }
 
     /// Checks a key holding its shard only for reading: a stored key, so the
-    /// check writes nothing but the key's entry, or a new key it can stage.
-    /// `None` when the check needs the shard exclusively.
+    /// check writes nothing but the key's entry, or a new key it can stage;
+    /// otherwise, with the shard released, the exclusive path. It returns the
+    /// result it wrote, so nothing copies it again.
     #[inline]
     fn check_stored(
         &self,
@@ -173,14 +171,16 @@ impl<A: Algorithm> Store<A> {
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
         effects: &mut Effects,
-    ) -> Option<Checked> {
+    ) -> Checked {
         let shard = &self.shards[shard_index];
-        let table = match shard.read(shard_index) {
-            Ok(table) => table,
-            Err(error) => return Some(Err(error)),
-        };
+        let table = shard.read(shard_index)?;
         let Some(entry) = table.entry(key) else {
-            return self.check_staged(shard, shard_index, &table, key, check, effects);
+            if let Some(staged) = self.check_staged(shard, shard_index, &table, key, check, effects)
+            {
+                return staged;
+            }
+            drop(table);
+            return self.check_exclusive(shard_index, key, check, effects);
         };
         // Read the clock before waiting for the entry, so the likely cache miss
         // on a cold entry overlaps the clock read.
@@ -195,11 +195,11 @@ impl<A: Algorithm> Store<A> {
                 A::deny_from_words(policy, words, check.cost(), shard.advance(clock_now))
             })
         {
-            return Some(Ok((Decision::for_mode(policy.quota_mode(), denial), None)));
+            return Ok((Decision::for_mode(policy.quota_mode(), denial), None));
         }
         let held = entry.lock();
         let now = shard.advance(clock_now);
-        Some(Ok(
+        Ok(
             match A::evaluate(policy, Some(held.state()), check.cost(), now) {
                 // Dropping `held` releases the entry unchanged.
                 Evaluation::Denied(denial) => {
@@ -210,7 +210,7 @@ impl<A: Algorithm> Store<A> {
                     (decision, Some(A::stamp(&next)))
                 }
             },
-        ))
+        )
     }
 
     /// Checks a key its shard does not store, holding the shard for reading,
