@@ -8,8 +8,8 @@
 //! sliding-window checks at 32 tasks over rounds and reports the median ratio;
 //! `-- topology` runs the credential-stuffing burst with and without the
 //! denial cache, and the tiered admission against the shared check alone;
-//! `-- fast-path` compares single checks decided under the row lock with the
-//! general path.
+//! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
+//! with the functions single checks were sent as before.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 #[path = "../../runlimit-memory/benches/shared/topology.rs"]
@@ -35,9 +35,13 @@ enum Workload {
     Upsert,
     Check,
     /// A single check sent as the general (batch) function of one element,
-    /// as single checks were before migration 9: the baseline of
+    /// as single checks were before migration 9: a baseline of
     /// `-- fast-path`.
     GeneralCheck,
+    /// A single check sent as the row-lock function of migration 9, as
+    /// single checks were before they were admitted by one `UPDATE`: the
+    /// other baseline of `-- fast-path`.
+    RowLockCheck,
     BatchOfTwo,
     /// An admission with a receipt, then its refund: what a request that does
     /// not count costs (counting only failed logins, say).
@@ -63,6 +67,16 @@ fn subject(n: u64) -> SubjectKey {
         chunk.copy_from_slice(&state.to_le_bytes());
     }
     SubjectKey::from_digest(digest)
+}
+
+/// The limiter's advisory-lock id for a check's counter key.
+fn lock_id(check: &Check<'_, FixedWindowPolicy>) -> i64 {
+    let counter = check.counter_key().to_bytes();
+    let mut word = [0u8; 8];
+    for (index, byte) in word.iter_mut().enumerate() {
+        *byte = counter[index] ^ counter[32 + index];
+    }
+    i64::from_be_bytes(word)
 }
 
 async fn run(
@@ -113,18 +127,13 @@ async fn run(
                         Workload::GeneralCheck => {
                             let check = Check::new(&policies[0], subject(key));
                             let counter = check.counter_key().to_bytes();
-                            // The limiter's advisory-lock id for the key.
-                            let mut word = [0u8; 8];
-                            for (index, byte) in word.iter_mut().enumerate() {
-                                *byte = counter[index] ^ counter[32 + index];
-                            }
                             let policy = check.policy();
                             let row: (i16,) = sqlx::query_as(
                                 "SELECT r_outcome FROM runlimit_check_fixed_windows(\
                                  $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
                             )
                             .bind(vec![counter.to_vec()])
-                            .bind(vec![i64::from_be_bytes(word)])
+                            .bind(vec![lock_id(&check)])
                             .bind(vec![i64::try_from(policy.limit()).expect("bounded")])
                             .bind(vec![
                                 i64::try_from(policy.window_millis() * 1_000).expect("bounded"),
@@ -138,6 +147,26 @@ async fn run(
                             .fetch_one(&pool)
                             .await
                             .expect("general check");
+                            assert_eq!(row.0, 0, "allowed");
+                        }
+                        Workload::RowLockCheck => {
+                            let check = Check::new(&policies[0], subject(key));
+                            let policy = check.policy();
+                            let row: (i16,) = sqlx::query_as(
+                                "SELECT r_outcome FROM runlimit_check_fixed_window(\
+                                 $1, $2, $3, $4, $5, $6, $7, $8)",
+                            )
+                            .bind(check.counter_key().to_bytes().to_vec())
+                            .bind(lock_id(&check))
+                            .bind(i64::try_from(policy.limit()).expect("bounded"))
+                            .bind(i64::try_from(policy.window_millis() * 1_000).expect("bounded"))
+                            .bind(1i64)
+                            .bind(65_536i32)
+                            .bind(9_750i32)
+                            .bind(false)
+                            .fetch_one(&pool)
+                            .await
+                            .expect("row-lock check");
                             assert_eq!(row.0, 0, "allowed");
                         }
                         Workload::CheckAndRefund => {
@@ -295,44 +324,55 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
     );
 }
 
-/// Single checks of existing rows at 32 tasks: through the limiter (decided
-/// under the row lock, migration 9) and sent as the general batch function
-/// of one element (what the limiter sent before), alternating which goes
-/// first, against the upsert floor of the same round.
+/// Single checks of existing rows at 32 tasks: through the limiter (one
+/// `UPDATE` admitting in place), sent as the row-lock function of migration 9
+/// (what the limiter sent before) and as the general batch function of one
+/// element (what it sent before migration 9), in an order that rotates each
+/// round, against the upsert floor of the same round.
 async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
-    let (mut fast_ratios, mut general_ratios) = (Vec::new(), Vec::new());
-    for round in 1..=5 {
+    const ROUNDS: usize = 6;
+    let names = ["general path", "row-lock function", "limiter (one UPDATE)"];
+    let mut ratios: [Vec<f64>; 3] = Default::default();
+    for round in 0..ROUNDS {
         let (floor, ..) = run(Workload::Upsert, 32, seconds, pool, subjects).await;
-        let order = if round % 2 == 0 {
-            [Workload::Check, Workload::GeneralCheck]
-        } else {
-            [Workload::GeneralCheck, Workload::Check]
-        };
-        let (mut fast, mut general) = (0.0, 0.0);
-        for workload in order {
-            let rate = run(workload, 32, seconds, pool, subjects).await.0;
-            if matches!(workload, Workload::Check) {
-                fast = rate;
-            } else {
-                general = rate;
-            }
+        let mut rates = [0.0; 3];
+        for step in 0..3 {
+            let which = (round + step) % 3;
+            let workload = [
+                Workload::GeneralCheck,
+                Workload::RowLockCheck,
+                Workload::Check,
+            ][which];
+            rates[which] = run(workload, 32, seconds, pool, subjects).await.0;
         }
-        general_ratios.push(general / floor);
-        fast_ratios.push(fast / floor);
+        let shares: Vec<String> = (0..3)
+            .map(|which| {
+                ratios[which].push(rates[which] / floor);
+                format!(
+                    "{} {:.0}/s ({:.0}%)",
+                    names[which],
+                    rates[which],
+                    100.0 * rates[which] / floor
+                )
+            })
+            .collect();
         println!(
-            "round {round}: upsert floor {floor:.0}/s; general path {general:.0}/s ({:.0}%), row-lock path {fast:.0}/s ({:.0}%)",
-            100.0 * general / floor,
-            100.0 * fast / floor
+            "round {}: upsert floor {floor:.0}/s; {}",
+            round + 1,
+            shares.join(", ")
         );
     }
-    let median = |values: &mut Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
+    let medians: Vec<String> = (0..3)
+        .map(|which| {
+            let values = &mut ratios[which];
+            values.sort_by(f64::total_cmp);
+            let median = (values[ROUNDS / 2 - 1] + values[ROUNDS / 2]) / 2.0;
+            format!("{} {:.0}%", names[which], 100.0 * median)
+        })
+        .collect();
     println!(
-        "median over 5 rounds at 32 tasks, share of the upsert floor: general path {:.0}%, row-lock path {:.0}%",
-        100.0 * median(&mut general_ratios),
-        100.0 * median(&mut fast_ratios)
+        "median over {ROUNDS} rounds at 32 tasks, share of the upsert floor: {}",
+        medians.join(", ")
     );
 }
 

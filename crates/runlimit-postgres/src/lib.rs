@@ -42,8 +42,8 @@
 //!
 //! # One round trip
 //!
-//! Every check and every atomic batch is a single statement calling a
-//! server-side function (installed by the migrations). With a pool of its own
+//! Every check and every atomic batch is a single statement built on
+//! server-side functions (installed by the migrations). With a pool of its own
 //! ([`PostgresLimiter::with_dedicated_pool`], built from [`pool_options`]) the
 //! limiter keeps its connections between checks, so SQLx's pings on acquire
 //! and release never happen and a check is exactly one round trip on the
@@ -60,7 +60,12 @@
 //! decides and writes under that lock alone, which orders it with every
 //! admission, refund, reset and cleanup of the counter. It takes no lock
 //! after the row's, so it never waits in a cycle with the general path; a
-//! row deleted while it waits sends it down the general path.
+//! row deleted while it waits sends it down the general path. A single
+//! fixed-window check goes further: its statement is an `UPDATE` of the row
+//! whose condition holds the decision, so an admission is one write under the
+//! row lock the update takes itself, with the clock read after that lock is
+//! granted; a denial, or a counter without a row, updates nothing and is
+//! decided in the same statement by the function that locks the row first.
 //!
 //! # Refund, peek and reset
 //!
@@ -199,6 +204,7 @@ mod error;
 mod limiter;
 mod migrate;
 mod pool;
+mod single;
 
 pub use config::{
     CAPACITY_SHARDS, ConfigError, DEFAULT_ROWS_PER_SHARD, MAX_BATCH_SIZE, MAX_ROWS_PER_SHARD,

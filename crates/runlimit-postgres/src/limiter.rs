@@ -24,6 +24,7 @@ use crate::{
     connections::{Connections, Held, TakeError},
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
     migrate::migrate,
+    single::{CHECK_FIXED_WINDOW, EpochMicros},
 };
 
 mod sealed {
@@ -628,14 +629,11 @@ impl PgPolicy for FixedWindowPolicy {
         let window_us =
             |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
         let cost = |check: &Check<'_, Self>| as_i64(check.cost());
-        let rows = if let [check] = checks {
-            // One check: the function of one row, no arrays to build, no set
-            // to sort.
-            vec![
-                sqlx::query(
-                    "SELECT r_outcome, r_used, r_expires_us, r_now_us \
-                     FROM runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
+        // Each check's outcome, count, window expiry and clock sample.
+        let rows: Vec<(i16, i64, i64, i64)> = if let [check] = checks {
+            // One check: a statement that admits it by updating its row in
+            // place, or else calls the function of one row.
+            let row = sqlx::query(CHECK_FIXED_WINDOW)
                 .bind(check.counter_key().to_bytes().to_vec())
                 .bind(lock_id(check))
                 .bind(limit(check))
@@ -643,8 +641,9 @@ impl PgPolicy for FixedWindowPolicy {
                 .bind(cost(check))
                 .bind_settings(config)
                 .fetch_one(connection)
-                .await?,
-            ]
+                .await?;
+            let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
+            vec![(row.try_get(0)?, row.try_get(1)?, expires_us, now_us)]
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -658,15 +657,15 @@ impl PgPolicy for FixedWindowPolicy {
             .bind_settings(config)
             .fetch_all(connection)
             .await?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?)))
+            .collect::<Result<_, sqlx::Error>>()?
         };
         checks
             .iter()
             .zip(rows)
-            .map(|(check, row)| {
-                let outcome: i16 = row.try_get(0)?;
-                let used: i64 = row.try_get(1)?;
-                let expires_us: i64 = row.try_get(2)?;
-                let left = micros_between(expires_us, row.try_get(3)?);
+            .map(|(check, (outcome, used, expires_us, now_us))| {
+                let left = micros_between(expires_us, now_us);
                 let policy = check.policy();
                 let decision = match outcome {
                     OUTCOME_ALLOWED => Decision::allowed(

@@ -96,11 +96,23 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         .await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let window = Duration::from_secs(60);
-    let policy = policy("hostile", 1, window);
+    let policy = policy("hostile", 2, window);
     let decision = limiter
         .check(&Check::new(&policy, key(1, 1)))
         .await
         .expect("check");
+    let reset = decision.reset_after().expect("allowed");
+    assert!(
+        reset <= window && reset > window - Duration::from_secs(5),
+        "{reset:?}"
+    );
+    // The second is admitted by updating the row in place, on the real clock
+    // too: a clock of 2000 would leave the window decades to run.
+    let decision = limiter
+        .check(&Check::new(&policy, key(1, 1)))
+        .await
+        .expect("check");
+    assert_eq!(decision.remaining(), Some(0));
     let reset = decision.reset_after().expect("allowed");
     assert!(
         reset <= window && reset > window - Duration::from_secs(5),
@@ -116,8 +128,8 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         stored_in_the_future,
         "the window was anchored on the real clock"
     );
-    // The second check finds the row and is decided under its lock, on the
-    // real clock too: a clock of 2000 would put the retry decades away.
+    // The third check finds the row full and is decided under its lock, on
+    // the real clock too: a clock of 2000 would put the retry decades away.
     let denied = limiter
         .check(&Check::new(&policy, key(1, 1)))
         .await

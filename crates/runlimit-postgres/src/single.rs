@@ -1,0 +1,121 @@
+//! A single fixed-window check as one statement that admits it in place.
+//!
+//! Most single checks find their counter's row with room in a live window
+//! (or an expired window to anchor anew). [`CHECK_FIXED_WINDOW`] admits
+//! those with one `UPDATE` whose `WHERE` clause holds the decision: the row's
+//! lock, taken by the update itself, orders the admission with every other
+//! operation on the counter, exactly as the row lock of
+//! `runlimit_check_fixed_window` (migration 9) does, without that function's
+//! separate locking read, its second statement and the call into PL/pgSQL.
+//! Everything else (a denial, a counter without a row, a row deleted while
+//! the update waited for it) updates nothing and is decided, in the same
+//! statement, by `runlimit_check_fixed_window`, unchanged: so the statement
+//! needs no migration, and replicas that still call the function directly
+//! keep working beside it.
+//!
+//! # Time
+//!
+//! The database clock is read where each value is computed, never before
+//! the row's lock is granted: when the update waits for another transaction
+//! that changes the row, PostgreSQL evaluates the `WHERE` clause and the new
+//! values again against the row as that transaction left it, reading the
+//! clock again. A sample taken before the wait could lie before that
+//! transaction's own, and deciding a newer state at an older time can
+//! over-admit (a refund that forgets a window would look live).
+//!
+//! The new values are computed from one clock sample (a sub-select per row).
+//! The `WHERE` clause admits a row with room under the limit whatever the
+//! time, or a row whose window has expired by its own (earlier) sample: a
+//! window expired then has expired at the update's sample too, so the update
+//! anchors a new window there, and the admission never goes over the limit.
+//! The reply's clock sample for a window it anchored is the anchor itself,
+//! so the time until reset is the whole window, as the function reports it;
+//! for a window already live it is read after the update. The update
+//! anchored the window exactly when the count it leaves is the check's cost:
+//! a live window always counts at least one unit (every writer either adds
+//! a cost of at least one or, refunding the last units, expires the window).
+//!
+//! # Guards
+//!
+//! The transaction-local `lock_timeout` (and `synchronous_commit` for
+//! relaxed durability) are set by the `WHERE` clause, which runs before the
+//! update waits for the row. Functions are schema-qualified; the table and
+//! the fallback function resolve through the caller's `search_path`, as the
+//! function name always did.
+
+/// Parameters: `$1` counter key, `$2` advisory-lock id, `$3` limit, `$4`
+/// window in microseconds, `$5` cost, `$6` rows per capacity shard, `$7` lock
+/// timeout in milliseconds, `$8` relaxed durability. One row: outcome, used,
+/// window expiry and the clock sample, the last two as `timestamptz` (read
+/// with [`EpochMicros`]: sent as integers, without the numeric arithmetic an
+/// `EXTRACT` costs).
+///
+/// The fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
+/// composite result is computed once and then taken apart.
+pub(crate) const CHECK_FIXED_WINDOW: &str = "\
+WITH admitted AS (
+    UPDATE runlimit_fixed_windows AS w
+    SET (used, window_expires_at) = (
+        SELECT
+            CASE WHEN w.window_expires_at > c.now AND w.used + $5::bigint <= $3::bigint
+                THEN w.used + $5::bigint ELSE $5::bigint END,
+            CASE WHEN w.window_expires_at > c.now AND w.used + $5::bigint <= $3::bigint
+                THEN w.window_expires_at
+                ELSE c.now + $4::bigint * interval '1 microsecond' END
+        FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
+    )
+    WHERE w.counter_key = $1::bytea
+        AND $5::bigint <= $3::bigint
+        AND (w.used + $5::bigint <= $3::bigint
+            OR w.window_expires_at <= pg_catalog.clock_timestamp())
+        AND pg_catalog.set_config('lock_timeout', $7::integer::text || 'ms', true) IS NOT NULL
+        AND (NOT $8::boolean
+            OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
+    RETURNING
+        w.used,
+        w.window_expires_at,
+        CASE WHEN w.used = $5::bigint
+            THEN w.window_expires_at - $4::bigint * interval '1 microsecond'
+            ELSE pg_catalog.clock_timestamp()
+        END AS now
+)
+SELECT 0::smallint, a.used, a.window_expires_at, a.now FROM admitted AS a
+UNION ALL
+SELECT
+    (s.f).r_outcome,
+    (s.f).r_used,
+    'epoch'::timestamptz + (s.f).r_expires_us * interval '1 microsecond',
+    'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'
+FROM (
+    SELECT runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8) AS f
+    WHERE NOT EXISTS (SELECT FROM admitted)
+    OFFSET 0
+) AS s";
+
+/// Microseconds since the Unix epoch, read exactly from a `timestamptz`
+/// column, which PostgreSQL's binary format sends as microseconds since
+/// 2000-01-01.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EpochMicros(pub(crate) i64);
+
+/// Microseconds from the Unix epoch to PostgreSQL's, 2000-01-01.
+const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+impl sqlx::Type<sqlx::Postgres> for EpochMicros {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("timestamptz")
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for EpochMicros {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        if !matches!(value.format(), sqlx::postgres::PgValueFormat::Binary) {
+            return Err("a timestamptz in text format".into());
+        }
+        let bytes: [u8; 8] = value.as_bytes()?.try_into()?;
+        // Stored counters' times are finite and centuries from either bound.
+        Ok(Self(
+            i64::from_be_bytes(bytes).saturating_add(POSTGRES_EPOCH_MICROS),
+        ))
+    }
+}
