@@ -21,9 +21,10 @@ pub(crate) mod sealed {
 
     /// What an algorithm decides for one key, before anything is stored.
     #[derive(Debug)]
-    pub enum Evaluation<S> {
-        /// Within quota: report `decision` and store `next`.
-        Allowed { decision: Decision, next: S },
+    pub enum Evaluation<S, A> {
+        /// Within quota: store `next`, and report the decision `admitted`
+        /// makes ([`Engine::decision`]) once it is stored.
+        Allowed { admitted: A, next: S },
         /// Over quota: nothing changes.
         Denied(Denial),
     }
@@ -116,6 +117,11 @@ pub(crate) mod sealed {
         /// the lock-free read.
         const DENIES_WITHOUT_LOCK: bool = false;
 
+        /// What an allowed evaluation leaves to compute its decision from.
+        /// A check stores the next state before it computes the decision, so
+        /// the entry's lock is held for the state's arithmetic only.
+        type Admitted: Copy;
+
         /// Decides `cost` units at `now` for a key whose stored state is `state`
         /// (`None` for a key not stored). Never fails: costs are validated by
         /// `Check`, and policy bounds keep the arithmetic in range.
@@ -124,7 +130,10 @@ pub(crate) mod sealed {
             state: Option<Self::State>,
             cost: u64,
             now: u64,
-        ) -> Evaluation<Self::State>;
+        ) -> Evaluation<Self::State, Self::Admitted>;
+
+        /// The decision of an allowed evaluation.
+        fn decision(policy: &Self::Policy, admitted: Self::Admitted) -> Decision;
 
         /// A denial decided from the packed words of a two-word state read
         /// without the entry's lock (the first and last word may come from
@@ -296,6 +305,7 @@ impl Engine for FixedWindow {
     type Policy = FixedWindowPolicy;
     const ISSUER: &'static str = "runlimit-memory/fixed_window";
     const DENIES_WITHOUT_LOCK: bool = true;
+    type Admitted = Decision;
 
     #[inline(always)]
     fn evaluate(
@@ -303,7 +313,7 @@ impl Engine for FixedWindow {
         state: Option<WindowState>,
         cost: u64,
         now: u64,
-    ) -> Evaluation<WindowState> {
+    ) -> Evaluation<WindowState, Decision> {
         // An expired window is the same as no window: the next allowed check
         // anchors a new one (keeping the entry's version).
         let current = match state {
@@ -325,9 +335,14 @@ impl Engine for FixedWindow {
         let decision = Decision::allowed(limit, limit - used, left)
             .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"));
         Evaluation::Allowed {
-            decision,
+            admitted: decision,
             next: WindowState { used, ..current },
         }
+    }
+
+    #[inline(always)]
+    fn decision(_policy: &FixedWindowPolicy, decision: Decision) -> Decision {
+        decision
     }
 
     /// Why a mixed pair still gives the locked path's denial. The last word
@@ -479,6 +494,8 @@ impl Engine for Gcra {
     type Policy = GcraPolicy;
     const ISSUER: &'static str = "runlimit-memory/gcra";
     const DENIES_WITHOUT_LOCK: bool = true;
+    /// How far the new arrival time lies ahead of now, within the tolerance.
+    type Admitted = ExactNanos;
 
     #[inline(always)]
     fn evaluate(
@@ -486,23 +503,39 @@ impl Engine for Gcra {
         state: Option<GcraState>,
         cost: u64,
         now: u64,
-    ) -> Evaluation<GcraState> {
+    ) -> Evaluation<GcraState, ExactNanos> {
         let check = GcraNanos::new(policy, cost);
         let now = ExactNanos::from_whole(now);
         let start = state.map_or(now, |state| state.tat.max(now));
         let tat = start.saturating_add(check.increment, check.quota);
-        match check.outcome(tat.saturating_sub(now, check.quota)) {
-            Err(retry_after) => {
-                Evaluation::Denied(denial_for(policy.burst_capacity(), retry_after))
-            }
-            Ok((remaining, reset_after)) => Evaluation::Allowed {
-                decision: Decision::allowed(policy.burst_capacity(), remaining, reset_after)
-                    .unwrap_or_else(|_| unreachable!("remaining never exceeds the burst")),
-                next: GcraState {
-                    tat,
-                    version: state.map_or(0, |state| state.version),
-                },
+        let ahead = tat.saturating_sub(now, check.quota);
+        if ahead > check.tolerance {
+            let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
+            return Evaluation::Denied(denial_for(
+                policy.burst_capacity(),
+                past_tolerance.ceil_millis(),
+            ));
+        }
+        Evaluation::Allowed {
+            admitted: ahead,
+            next: GcraState {
+                tat,
+                version: state.map_or(0, |state| state.version),
             },
+        }
+    }
+
+    /// The units left and the time to full replenishment: the division the
+    /// units need runs after the state is stored.
+    #[inline(always)]
+    fn decision(policy: &GcraPolicy, ahead: ExactNanos) -> Decision {
+        // The outcome's quantities do not depend on the cost.
+        match GcraNanos::new(policy, 1).outcome(ahead) {
+            Ok((remaining, reset_after)) => {
+                Decision::allowed(policy.burst_capacity(), remaining, reset_after)
+                    .unwrap_or_else(|_| unreachable!("remaining never exceeds the burst"))
+            }
+            Err(_) => unreachable!("an allowed check lies within the tolerance"),
         }
     }
 
@@ -690,13 +723,15 @@ impl Engine for SlidingWindow {
     type Policy = SlidingWindowPolicy;
     const ISSUER: &'static str = "runlimit-memory/sliding_window";
 
+    type Admitted = Decision;
+
     #[inline(always)]
     fn evaluate(
         policy: &SlidingWindowPolicy,
         state: Option<SlidingState>,
         cost: u64,
         now: u64,
-    ) -> Evaluation<SlidingState> {
+    ) -> Evaluation<SlidingState, Decision> {
         let exact = SlidingNanos::new(policy);
         // The common case in place, without copying the counts around.
         if let Some(mut state) = state
@@ -709,7 +744,7 @@ impl Engine for SlidingWindow {
         {
             state.counts[0] += cost;
             return Evaluation::Allowed {
-                decision,
+                admitted: decision,
                 next: state,
             };
         }
@@ -717,10 +752,15 @@ impl Engine for SlidingWindow {
         match exact.admit(state.map(|state| state.buckets(&exact)), cost, now) {
             SlidingOutcome::Denied(denial) => Evaluation::Denied(denial),
             SlidingOutcome::Allowed { decision, next } => Evaluation::Allowed {
-                decision,
+                admitted: decision,
                 next: SlidingState::from_buckets(&exact, next, version),
             },
         }
+    }
+
+    #[inline(always)]
+    fn decision(_policy: &SlidingWindowPolicy, decision: Decision) -> Decision {
+        decision
     }
 
     fn deadline(state: &SlidingState) -> u64 {
@@ -799,9 +839,9 @@ mod tests {
 
     fn run(policy: &GcraPolicy, state: &mut Option<GcraState>, cost: u64, now: u64) -> Decision {
         match Gcra::evaluate(policy, *state, cost, now) {
-            Evaluation::Allowed { decision, next } => {
+            Evaluation::Allowed { admitted, next } => {
                 *state = Some(next);
-                decision
+                Gcra::decision(policy, admitted)
             }
             Evaluation::Denied(denial) => Decision::denied(denial),
         }
@@ -1010,7 +1050,11 @@ mod tests {
         )
         .expect("valid");
         let eval = |state, now| FixedWindow::evaluate(&policy, state, 1, now);
-        let Evaluation::Allowed { next, decision } = eval(None, 5 * MS) else {
+        let Evaluation::Allowed {
+            next,
+            admitted: decision,
+        } = eval(None, 5 * MS)
+        else {
             panic!("fresh key is allowed");
         };
         assert_eq!(decision.reset_after(), Some(Duration::from_millis(10)));

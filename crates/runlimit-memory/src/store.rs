@@ -205,9 +205,9 @@ impl<A: Algorithm> Store<A> {
                 Evaluation::Denied(denial) => {
                     (Decision::for_mode(policy.quota_mode(), denial), None)
                 }
-                Evaluation::Allowed { decision, next } => {
+                Evaluation::Allowed { admitted, next } => {
                     held.commit(next);
-                    (decision, Some(A::stamp(&next)))
+                    (A::decision(policy, admitted), Some(A::stamp(&next)))
                 }
             },
         )
@@ -238,14 +238,14 @@ impl<A: Algorithm> Store<A> {
         let policy = check.policy();
         Some(Ok(match A::evaluate(policy, None, check.cost(), now) {
             Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
-            Evaluation::Allowed { decision, next } => {
+            Evaluation::Allowed { admitted, next } => {
                 let staged = staging.stage(*key, next);
                 // Counting the shard's keys takes the staging lock again.
                 drop(staging);
                 if self.observer.is_some() {
                     effects.capacity.push(capacity_of(table, shard_index));
                 }
-                (decision, Some(A::stamp(&staged)))
+                (A::decision(policy, admitted), Some(A::stamp(&staged)))
             }
         }))
     }
@@ -270,10 +270,10 @@ impl<A: Algorithm> Store<A> {
                 Evaluation::Denied(denial) => {
                     (Decision::for_mode(policy.quota_mode(), denial), None)
                 }
-                Evaluation::Allowed { decision, next } => match found {
+                Evaluation::Allowed { admitted, next } => match found {
                     Some((slot, _)) => {
                         table.set_state(slot, next);
-                        (decision, Some(A::stamp(&next)))
+                        (A::decision(policy, admitted), Some(A::stamp(&next)))
                     }
                     None => {
                         self.clean(
@@ -287,7 +287,7 @@ impl<A: Algorithm> Store<A> {
                             (Decision::denied(capacity_denial(&table, now)), None)
                         } else {
                             let stored = table.insert(*key, next);
-                            (decision, Some(A::stamp(&stored)))
+                            (A::decision(policy, admitted), Some(A::stamp(&stored)))
                         };
                         if self.observer.is_some() {
                             effects.capacity.push(capacity_of(&table, shard_index));
@@ -418,8 +418,8 @@ impl<A: Algorithm> Store<A> {
             item.slot = found.map(|(slot, _)| slot);
             let policy = check.policy();
             match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
-                Evaluation::Allowed { decision, next } => {
-                    decisions.push(decision);
+                Evaluation::Allowed { admitted, next } => {
+                    decisions.push(A::decision(policy, admitted));
                     item.next = Some(next);
                 }
                 Evaluation::Denied(denial) => {
@@ -530,8 +530,8 @@ impl<A: Algorithm> Store<A> {
         for ((check, entry), item) in checks.iter().zip(&held).zip(items.iter_mut()) {
             let policy = check.policy();
             match A::evaluate(policy, Some(entry.state()), check.cost(), now) {
-                Evaluation::Allowed { decision, next } => {
-                    decisions.push(decision);
+                Evaluation::Allowed { admitted, next } => {
+                    decisions.push(A::decision(policy, admitted));
                     item.next = Some(next);
                 }
                 Evaluation::Denied(denial) => {
