@@ -43,6 +43,15 @@ enum Workload {
     /// other baseline of `-- fast-path`.
     RowLockCheck,
     BatchOfTwo,
+    /// The two counter rows a batch of two writes, updated by one bare
+    /// statement (`used = used + 1`, no decision, guard or clock): not a
+    /// Runlimit operation, but the write a batch cannot do without, for the
+    /// table's reference.
+    TwoRowUpdate,
+    /// The counter row a single check writes, updated by one bare statement
+    /// (`used = used + 1`): the write a check cannot do without, for
+    /// `-- fast-path`'s reference.
+    RowUpdate,
     /// An admission with a receipt, then its refund: what a request that does
     /// not count costs (counting only failed logins, say).
     CheckAndRefund,
@@ -188,6 +197,43 @@ async fn run(
                                 .expect("check");
                             assert!(decision.is_allowed());
                         }
+                        Workload::RowUpdate => {
+                            let updated: i64 = sqlx::query_scalar(
+                                "UPDATE runlimit_fixed_windows SET used = used + 1 \
+                                 WHERE counter_key = $1 RETURNING used",
+                            )
+                            .bind(
+                                Check::new(&policies[0], subject(key))
+                                    .counter_key()
+                                    .to_bytes()
+                                    .to_vec(),
+                            )
+                            .fetch_one(&pool)
+                            .await
+                            .expect("row update");
+                            assert!(updated > 0);
+                        }
+                        Workload::TwoRowUpdate => {
+                            let keys: Vec<Vec<u8>> = policies
+                                .iter()
+                                .map(|policy| {
+                                    Check::new(policy, subject(key))
+                                        .counter_key()
+                                        .to_bytes()
+                                        .to_vec()
+                                })
+                                .collect();
+                            let updated = sqlx::query(
+                                "UPDATE runlimit_fixed_windows SET used = used + 1 \
+                                 WHERE counter_key IN ($1, $2) RETURNING used",
+                            )
+                            .bind(&keys[0])
+                            .bind(&keys[1])
+                            .fetch_all(&pool)
+                            .await
+                            .expect("two-row update");
+                            assert_eq!(updated.len(), 2);
+                        }
                         Workload::BatchOfTwo => {
                             let checks = [
                                 Check::new(&policies[0], subject(key)),
@@ -276,7 +322,27 @@ async fn main() {
         )
         .expect("valid"),
     });
-    // Warm every key and statement so the measurement sees steady-state updates.
+    // Store both counters of every key, so every workload updates rows that
+    // exist, then warm every statement so the measurement sees steady-state
+    // updates.
+    let stored: Vec<_> = (0..32u64)
+        .map(|task| {
+            let subjects = Arc::clone(&subjects);
+            tokio::spawn(async move {
+                for key in (task..KEYS).step_by(32) {
+                    let checks = subjects
+                        .policies
+                        .iter()
+                        .map(|policy| Check::new(policy, subject(key)))
+                        .collect::<Vec<_>>();
+                    subjects.fixed.check_all(&checks).await.expect("store");
+                }
+            })
+        })
+        .collect();
+    for task in stored {
+        task.await.expect("task");
+    }
     for workload in [
         Workload::Upsert,
         Workload::BatchOfTwo,
@@ -327,33 +393,32 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
 /// Single checks of existing rows at 32 tasks: through the limiter (one
 /// `UPDATE` admitting in place), sent as the row-lock function of migration 9
 /// (what the limiter sent before) and as the general batch function of one
-/// element (what it sent before migration 9), in an order that rotates each
-/// round, against the upsert floor of the same round.
+/// element (what it sent before migration 9), with a bare `UPDATE` of the
+/// same row for reference, in an order that rotates each round, against the
+/// upsert floor of the same round.
 async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
     const ROUNDS: usize = 6;
-    let names = ["general path", "row-lock function", "limiter (one UPDATE)"];
-    let mut ratios: [Vec<f64>; 3] = Default::default();
+    let workloads = [
+        ("general path", Workload::GeneralCheck),
+        ("row-lock function", Workload::RowLockCheck),
+        ("limiter (one UPDATE)", Workload::Check),
+        ("bare UPDATE of the row", Workload::RowUpdate),
+    ];
+    let mut ratios: [Vec<f64>; 4] = Default::default();
     for round in 0..ROUNDS {
         let (floor, ..) = run(Workload::Upsert, 32, seconds, pool, subjects).await;
-        let mut rates = [0.0; 3];
-        for step in 0..3 {
-            let which = (round + step) % 3;
-            let workload = [
-                Workload::GeneralCheck,
-                Workload::RowLockCheck,
-                Workload::Check,
-            ][which];
-            rates[which] = run(workload, 32, seconds, pool, subjects).await.0;
+        let mut rates = [0.0; 4];
+        for step in 0..workloads.len() {
+            let which = (round + step) % workloads.len();
+            rates[which] = run(workloads[which].1, 32, seconds, pool, subjects).await.0;
         }
-        let shares: Vec<String> = (0..3)
-            .map(|which| {
-                ratios[which].push(rates[which] / floor);
-                format!(
-                    "{} {:.0}/s ({:.0}%)",
-                    names[which],
-                    rates[which],
-                    100.0 * rates[which] / floor
-                )
+        let shares: Vec<String> = workloads
+            .iter()
+            .zip(rates)
+            .zip(&mut ratios)
+            .map(|(((name, _), rate), ratios)| {
+                ratios.push(rate / floor);
+                format!("{name} {rate:.0}/s ({:.0}%)", 100.0 * rate / floor)
             })
             .collect();
         println!(
@@ -362,12 +427,13 @@ async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<S
             shares.join(", ")
         );
     }
-    let medians: Vec<String> = (0..3)
-        .map(|which| {
-            let values = &mut ratios[which];
+    let medians: Vec<String> = workloads
+        .iter()
+        .zip(&mut ratios)
+        .map(|((name, _), values)| {
             values.sort_by(f64::total_cmp);
             let median = (values[ROUNDS / 2 - 1] + values[ROUNDS / 2]) / 2.0;
-            format!("{} {:.0}%", names[which], 100.0 * median)
+            format!("{name} {:.0}%", 100.0 * median)
         })
         .collect();
     println!(
@@ -387,6 +453,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
             Workload::Check,
             Workload::CheckAndRefund,
             Workload::BatchOfTwo,
+            Workload::TwoRowUpdate,
             Workload::SlidingCheck,
         ] {
             let (rate, p50, p99) = run(workload, tasks, seconds, pool, subjects).await;
@@ -397,6 +464,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
                 workload,
                 Workload::Check
                     | Workload::BatchOfTwo
+                    | Workload::TwoRowUpdate
                     | Workload::CheckAndRefund
                     | Workload::SlidingCheck
             ) {
