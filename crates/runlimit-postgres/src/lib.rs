@@ -65,7 +65,10 @@
 //! whose condition holds the decision, so an admission is one write under the
 //! row lock the update takes itself, with the clock read after that lock is
 //! granted; a denial, or a counter without a row, updates nothing and is
-//! decided in the same statement by the function that locks the row first.
+//! decided in the same statement by the function of migration 9, which
+//! denies a full window from the row as last committed, without its lock
+//! (a denial changes nothing, so the snapshot it read orders it), and locks
+//! the row for anything else.
 //!
 //! # Refund, peek and reset
 //!
@@ -218,7 +221,7 @@ pub use migrate::{
     CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL, CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL,
     DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL,
     DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL,
-    KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL, MIGRATOR,
-    SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
+    DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL, KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL,
+    MIGRATOR, SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
 };
 pub use pool::pool_options;

@@ -55,6 +55,11 @@ pub const DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str = i
     "../migrations/20260101000010_decide_single_gcra_and_sliding_checks_under_the_row_lock.sql"
 );
 
+/// Denies a single fixed-window check whose window is full from the row as
+/// last committed, without the row's lock.
+pub const DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL: &str =
+    include_str!("../migrations/20260101000011_deny_full_fixed_windows_without_the_row_lock.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

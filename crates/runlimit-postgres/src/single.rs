@@ -9,9 +9,12 @@
 //! separate locking read, its second statement and the call into PL/pgSQL.
 //! Everything else (a denial, a counter without a row, a row deleted while
 //! the update waited for it) updates nothing and is decided, in the same
-//! statement, by `runlimit_check_fixed_window`, unchanged: so the statement
-//! needs no migration, and replicas that still call the function directly
-//! keep working beside it.
+//! statement, by `runlimit_check_fixed_window`, which replicas of earlier
+//! versions still call directly. Since migration 11 that function denies a
+//! full window from the row as last committed, without its lock, so a
+//! denial writes nothing at all (no row lock, no transaction id, no
+//! write-ahead-log flush at commit); anything else it decides under the row
+//! lock as before.
 //!
 //! # Time
 //!

@@ -87,8 +87,10 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
         async move { limiter.check(&Check::new(&policy, key(4, 1))).await }
     });
     // Until the check waits for the row, so it has read the clock once
-    // before the window is forgotten.
-    loop {
+    // before the window is forgotten (bounded, so that a check which never
+    // waits fails the test below rather than hanging it).
+    let mut waited = false;
+    for _ in 0..2_000 {
         let blocked: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_catalog.pg_stat_activity \
              WHERE $1 = ANY (pg_catalog.pg_blocking_pids(pid))",
@@ -98,9 +100,10 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
         .await
         .expect("activity");
         if blocked > 0 {
+            waited = true;
             break;
         }
-        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     sqlx::query(
         "UPDATE runlimit_fixed_windows \
@@ -110,6 +113,7 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
     .await
     .expect("forget the window");
     other.commit().await.expect("commit");
+    assert!(waited, "the check never waited for the row");
 
     let decision = waiting.await.expect("task").expect("check");
     assert_eq!(decision.remaining(), Some(4), "counted in a new window");
@@ -125,4 +129,51 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
     .await
     .expect("row");
     assert_eq!(stored, (1, true));
+}
+
+/// A full window denies from the row as last committed: the denial needs
+/// no lock, so it is answered while another transaction holds the row, and
+/// writes nothing.
+#[tokio::test]
+async fn a_full_window_denies_without_waiting_for_the_row() {
+    let Some(schema) = common::schema("single_deny").await else {
+        return;
+    };
+    let pool = schema.migrated_pool(2).await;
+    // A lock wait would end in the server's lock timeout within a second.
+    let config = PostgresConfig::default()
+        .with_operation_timeout(Duration::from_secs(1))
+        .expect("valid");
+    let limiter = PostgresLimiter::<runlimit_core::FixedWindowPolicy>::new(pool.clone(), config);
+    let window = Duration::from_secs(60);
+    let policy = policy("deny", 1, window);
+    let check = Check::new(&policy, key(5, 1));
+    assert!(limiter.check(&check).await.expect("first").is_allowed());
+
+    let mut other = schema.pool(1).await.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM runlimit_fixed_windows FOR UPDATE")
+        .execute(&mut *other)
+        .await
+        .expect("lock the row");
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(limiter.check(&check).await);
+    }
+    // Released before asserting: a failed assertion must not leave the
+    // schema locked for its cleanup.
+    other.rollback().await.expect("release");
+    for answer in answers {
+        let denied = answer.expect("denied, not blocked");
+        assert!(denied.is_denied());
+        let retry = denied.retry_after().expect("quota denial");
+        assert!(
+            retry <= window && retry > window - Duration::from_secs(5),
+            "{retry:?}"
+        );
+    }
+    let used: i64 = sqlx::query_scalar("SELECT used FROM runlimit_fixed_windows")
+        .fetch_one(&pool)
+        .await
+        .expect("row");
+    assert_eq!(used, 1, "denials wrote nothing");
 }
