@@ -48,6 +48,8 @@ enum Workload {
     /// Runlimit operation, but the write a batch cannot do without, for the
     /// table's reference.
     TwoRowUpdate,
+    /// A single check of a window already full: a denial.
+    DeniedCheck,
     /// The counter row a single check writes, updated by one bare statement
     /// (`used = used + 1`): the write a check cannot do without, for
     /// `-- fast-path`'s reference.
@@ -64,6 +66,8 @@ struct Subjects {
     fixed: PostgresLimiter<FixedWindowPolicy>,
     sliding: PostgresLimiter<SlidingWindowPolicy>,
     policies: [FixedWindowPolicy; 2],
+    /// A policy of one unit a day, spent on every key before measuring.
+    exhausted: FixedWindowPolicy,
     sliding_policy: SlidingWindowPolicy,
 }
 
@@ -197,6 +201,13 @@ async fn run(
                                 .expect("check");
                             assert!(decision.is_allowed());
                         }
+                        Workload::DeniedCheck => {
+                            let decision = limiter
+                                .check(&Check::new(&subjects.exhausted, subject(key)))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_denied());
+                        }
                         Workload::RowUpdate => {
                             let updated: i64 = sqlx::query_scalar(
                                 "UPDATE runlimit_fixed_windows SET used = used + 1 \
@@ -314,6 +325,13 @@ async fn main() {
         sliding: limiter.for_policy(),
         fixed: limiter,
         policies: [policy("client"), policy("identity")],
+        exhausted: FixedWindowPolicy::new(
+            PolicyId::new("bench").expect("valid"),
+            ScopeId::new("exhausted").expect("valid"),
+            1,
+            Duration::from_secs(86_400),
+        )
+        .expect("valid"),
         sliding_policy: SlidingWindowPolicy::new(
             PolicyId::new("bench").expect("valid"),
             ScopeId::new("client").expect("valid"),
@@ -336,6 +354,11 @@ async fn main() {
                         .map(|policy| Check::new(policy, subject(key)))
                         .collect::<Vec<_>>();
                     subjects.fixed.check_all(&checks).await.expect("store");
+                    subjects
+                        .fixed
+                        .check(&Check::new(&subjects.exhausted, subject(key)))
+                        .await
+                        .expect("spend");
                 }
             })
         })
@@ -451,6 +474,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
             Workload::SelectOne,
             Workload::Upsert,
             Workload::Check,
+            Workload::DeniedCheck,
             Workload::CheckAndRefund,
             Workload::BatchOfTwo,
             Workload::TwoRowUpdate,
@@ -463,6 +487,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
             let relative = if matches!(
                 workload,
                 Workload::Check
+                    | Workload::DeniedCheck
                     | Workload::BatchOfTwo
                     | Workload::TwoRowUpdate
                     | Workload::CheckAndRefund
