@@ -17,6 +17,19 @@ fn config() -> PostgresConfig {
         .expect("valid")
 }
 
+/// The one stored window's count, and whether it runs for more than `left`.
+async fn stored_window(pool: &sqlx::PgPool, left: Duration) -> (i64, bool) {
+    sqlx::query_as(
+        "SELECT used, \
+         window_expires_at > pg_catalog.clock_timestamp() + $1 * interval '1 microsecond' \
+         FROM runlimit_fixed_windows",
+    )
+    .bind(i64::try_from(left.as_micros()).expect("small"))
+    .fetch_one(pool)
+    .await
+    .expect("the stored window")
+}
+
 #[tokio::test]
 async fn a_check_over_an_expired_window_anchors_a_whole_new_one() {
     let Some(schema) = common::schema("single_anchor").await else {
@@ -37,14 +50,10 @@ async fn a_check_over_an_expired_window_anchors_a_whole_new_one() {
     assert_eq!(decision.remaining(), Some(2), "a new window, counting one");
     // Anchored at the clock sample the reply carries: the whole window left.
     assert_eq!(decision.reset_after(), Some(window));
-    let stored: (i64, bool) = sqlx::query_as(
-        "SELECT used, window_expires_at > pg_catalog.clock_timestamp() + interval '59 seconds' \
-         FROM runlimit_fixed_windows",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("row");
-    assert_eq!(stored, (1, true));
+    assert_eq!(
+        stored_window(&pool, Duration::from_secs(59)).await,
+        (1, true)
+    );
 }
 
 /// A check that waits for its row while another transaction forgets the
@@ -121,14 +130,10 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
     assert!(reset > window - Duration::from_secs(5), "{reset:?}");
     // Stored as a new window that runs a whole window from the check, not
     // as the forgotten one that had already ended.
-    let stored: (i64, bool) = sqlx::query_as(
-        "SELECT used, window_expires_at > pg_catalog.clock_timestamp() + interval '55 seconds' \
-         FROM runlimit_fixed_windows",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("row");
-    assert_eq!(stored, (1, true));
+    assert_eq!(
+        stored_window(&pool, Duration::from_secs(55)).await,
+        (1, true)
+    );
 }
 
 /// A full window denies from the row as last committed: the denial needs
