@@ -65,10 +65,10 @@
 //! whose condition holds the decision, so an admission is one write under the
 //! row lock the update takes itself, with the clock read after that lock is
 //! granted; a denial, or a counter without a row, updates nothing and is
-//! decided in the same statement by the function of migration 9, which
-//! denies a full window from the row as last committed, without its lock
-//! (a denial changes nothing, so the snapshot it read orders it), and locks
-//! the row for anything else.
+//! decided in the same statement by `runlimit_check_fixed_window`, which
+//! (since migration 11) denies a full window from the row as last
+//! committed, without its lock (a denial changes nothing, so the snapshot it
+//! read orders it), and locks the row for anything else.
 //!
 //! # Refund, peek and reset
 //!

@@ -18,13 +18,14 @@
 //!
 //! # Time
 //!
-//! The database clock is read where each value is computed, never before
-//! the row's lock is granted: when the update waits for another transaction
-//! that changes the row, PostgreSQL evaluates the `WHERE` clause and the new
-//! values again against the row as that transaction left it, reading the
-//! clock again. A sample taken before the wait could lie before that
-//! transaction's own, and deciding a newer state at an older time can
-//! over-admit (a refund that forgets a window would look live).
+//! The database clock is read where each value is computed, together with
+//! the row version the update writes over: when another transaction changes
+//! the row before the update gets its lock, PostgreSQL evaluates the `WHERE`
+//! clause and the new values again against the row as that transaction left
+//! it, reading the clock again. A sample taken once, before any wait, could
+//! lie before that transaction's own, and deciding a newer state at an
+//! older time can over-admit (a refund that forgets a window would look
+//! live).
 //!
 //! The new values are computed from one clock sample (a sub-select per row).
 //! The `WHERE` clause admits a row with room under the limit whatever the
