@@ -1,43 +1,43 @@
 //! A single fixed-window check as one statement that admits it in place.
 //!
-//! Most single checks find their counter's row with room in a live window
-//! (or an expired window to anchor anew). [`CHECK_FIXED_WINDOW`] admits
-//! those with one `UPDATE` whose `WHERE` clause holds the decision: the row's
-//! lock, taken by the update itself, orders the admission with every other
-//! operation on the counter, exactly as the row lock of
-//! `runlimit_check_fixed_window` (migration 9) does, without that function's
-//! separate locking read, its second statement and the call into PL/pgSQL.
-//! Everything else (a denial, a counter without a row, a row deleted while
-//! the update waited for it) updates nothing and is decided, in the same
-//! statement, by `runlimit_check_fixed_window`, which replicas of earlier
-//! versions still call directly. Since migration 11 that function denies a
-//! full window from the row as last committed, without its lock, so a
-//! denial writes nothing at all (no row lock, no transaction id, no
-//! write-ahead-log flush at commit); anything else it decides under the row
-//! lock as before.
+//! Most single checks find their counter's row in a live window with room
+//! for the check. [`CHECK_FIXED_WINDOW`] admits those with one `UPDATE`
+//! whose `WHERE` clause holds the decision and which adds the check's cost
+//! to the count and changes nothing else: the row's lock, taken by the
+//! update itself, orders the admission with every other operation on the
+//! counter, exactly as the row lock of `runlimit_check_fixed_window`
+//! (migration 9) does, without that function's separate locking read, its
+//! second statement and the call into PL/pgSQL. Everything else (a denial,
+//! a window to anchor anew over an expired one, a counter without a row, a
+//! row changed or deleted while the update waited for it) updates nothing
+//! and is decided, in the same statement, by `runlimit_check_fixed_window`,
+//! which replicas of earlier versions still call directly. Since migration
+//! 11 that function denies a full window from the row as last committed,
+//! without its lock, so a denial writes nothing at all (no row lock, no
+//! transaction id, no write-ahead-log flush at commit); anything else it
+//! decides under the row lock as before.
+//!
+//! The update leaves the window's end as it is, so it writes only what a
+//! bare increment of the count writes. Anchoring a new window is left to the
+//! function: it happens once per window, and computing a new end in the
+//! update (one clock sample for both new values, which takes a sub-select
+//! per row) cost every admission more server time than the function costs
+//! the one that anchors (see BENCHMARKS.md).
 //!
 //! # Time
 //!
-//! The database clock is read where each value is computed, together with
-//! the row version the update writes over: when another transaction changes
-//! the row before the update gets its lock, PostgreSQL evaluates the `WHERE`
-//! clause and the new values again against the row as that transaction left
-//! it, reading the clock again. A sample taken once, before any wait, could
-//! lie before that transaction's own, and deciding a newer state at an
-//! older time can over-admit (a refund that forgets a window would look
-//! live).
+//! The database clock is read in the `WHERE` clause, together with the row
+//! version the update writes over: when another transaction changes the row
+//! before the update gets its lock, PostgreSQL evaluates the `WHERE` clause
+//! again against the row as that transaction left it, reading the clock
+//! again. A sample taken once, before any wait, could lie before that
+//! transaction's own, and deciding a newer state at an older time can
+//! over-admit (a refund that forgets a window would look live).
 //!
-//! The new values are computed from one clock sample (a sub-select per row).
-//! The `WHERE` clause admits a row with room under the limit whatever the
-//! time, or a row whose window has expired by its own (earlier) sample: a
-//! window expired then has expired at the update's sample too, so the update
-//! anchors a new window there, and the admission never goes over the limit.
-//! The reply's clock sample for a window it anchored is the anchor itself,
-//! so the time until reset is the whole window, as the function reports it;
-//! for a window already live it is read after the update. The update
-//! anchored the window exactly when the count it leaves is the check's cost:
-//! a live window always counts at least one unit (every writer either adds
-//! a cost of at least one or, refunding the last units, expires the window).
+//! The update admits only while the window is live at that sample, so a
+//! count it raises always belongs to a live window. The reply's clock sample
+//! is read after the update; the time until reset is measured from it, so it
+//! is never longer than what is left of the window.
 //!
 //! # Guards
 //!
@@ -54,34 +54,21 @@
 /// with [`EpochMicros`]: sent as integers, without the numeric arithmetic an
 /// `EXTRACT` costs).
 ///
-/// The fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
+/// A check's cost is at least one and at most the limit (enforced when the
+/// check is built), so the sum in the condition stays far from overflow. The
+/// fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
 /// composite result is computed once and then taken apart.
 pub(crate) const CHECK_FIXED_WINDOW: &str = "\
 WITH admitted AS (
     UPDATE runlimit_fixed_windows AS w
-    SET (used, window_expires_at) = (
-        SELECT
-            CASE WHEN w.window_expires_at > c.now AND w.used + $5::bigint <= $3::bigint
-                THEN w.used + $5::bigint ELSE $5::bigint END,
-            CASE WHEN w.window_expires_at > c.now AND w.used + $5::bigint <= $3::bigint
-                THEN w.window_expires_at
-                ELSE c.now + $4::bigint * interval '1 microsecond' END
-        FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
-    )
+    SET used = w.used + $5::bigint
     WHERE w.counter_key = $1::bytea
-        AND $5::bigint <= $3::bigint
-        AND (w.used + $5::bigint <= $3::bigint
-            OR w.window_expires_at <= pg_catalog.clock_timestamp())
+        AND w.used + $5::bigint <= $3::bigint
+        AND w.window_expires_at > pg_catalog.clock_timestamp()
         AND pg_catalog.set_config('lock_timeout', $7::integer::text || 'ms', true) IS NOT NULL
         AND (NOT $8::boolean
             OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
-    RETURNING
-        w.used,
-        w.window_expires_at,
-        CASE WHEN w.used = $5::bigint
-            THEN w.window_expires_at - $4::bigint * interval '1 microsecond'
-            ELSE pg_catalog.clock_timestamp()
-        END AS now
+    RETURNING w.used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
 )
 SELECT 0::smallint, a.used, a.window_expires_at, a.now FROM admitted AS a
 UNION ALL

@@ -1,6 +1,6 @@
 //! The statement that admits a single fixed-window check by updating its row
-//! in place: the window it anchors, and the clock it decides on after waiting
-//! for the row.
+//! in place: the window a check anchors over an expired one, and the clock a
+//! check decides on after waiting for the row.
 
 mod common;
 
