@@ -9,7 +9,10 @@
 //! `-- topology` runs the credential-stuffing burst with and without the
 //! denial cache, and the tiered admission against the shared check alone;
 //! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
-//! with the functions single checks were sent as before.
+//! with the functions single checks were sent as before. With `BENCH_CPU=1`
+//! (Linux, the database on this machine) every cell also prints the CPU
+//! time per operation of the PostgreSQL processes and of this process,
+//! which repeats far better than throughput on a shared VM.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 #[path = "../../runlimit-memory/benches/shared/topology.rs"]
@@ -99,6 +102,7 @@ async fn run(
     pool: &PgPool,
     subjects: &Arc<Subjects>,
 ) -> (f64, Duration, Duration) {
+    let cpu = CpuTime::read();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
@@ -263,6 +267,9 @@ async fn run(
     let mut latencies = Vec::new();
     for handle in handles {
         latencies.extend(handle.await.expect("task"));
+    }
+    if let Some(cpu) = cpu {
+        cpu.report(workload, tasks, latencies.len());
     }
     latencies.sort_unstable();
     let percentile = |per_mille: usize| latencies[(latencies.len() - 1) * per_mille / 1_000];
@@ -503,5 +510,52 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
                 p99.as_secs_f64() * 1e3
             );
         }
+    }
+}
+
+/// CPU time used so far by the PostgreSQL server's processes and by this
+/// process, in clock ticks, when `BENCH_CPU` is set.
+struct CpuTime {
+    server: u64,
+    client: u64,
+}
+
+impl CpuTime {
+    fn read() -> Option<Self> {
+        std::env::var_os("BENCH_CPU")?;
+        let mut server = 0;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
+                && stat.contains("(postgres)")
+            {
+                server += Self::ticks(&stat);
+            }
+        }
+        let client = Self::ticks(&std::fs::read_to_string("/proc/self/stat").ok()?);
+        Some(Self { server, client })
+    }
+
+    /// User and system time from a `/proc/<pid>/stat` line (fields 14 and
+    /// 15, counted after the parenthesised command name).
+    fn ticks(stat: &str) -> u64 {
+        let after_name = stat.rsplit(')').next().unwrap_or_default();
+        after_name
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|field| field.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Prints the CPU time per operation since `self` was read.
+    fn report(self, workload: Workload, tasks: usize, operations: usize) {
+        let Some(now) = Self::read() else { return };
+        // Linux reports these times in ticks of 10 ms (USER_HZ = 100).
+        let per_op = |ticks: u64| ticks as f64 * 10_000.0 / operations.max(1) as f64;
+        eprintln!(
+            "cpu {workload:?} at {tasks} tasks: server {:.0} us/op, client {:.0} us/op",
+            per_op(now.server - self.server),
+            per_op(now.client - self.client),
+        );
     }
 }
