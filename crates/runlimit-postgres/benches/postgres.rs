@@ -11,8 +11,10 @@
 //! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
 //! with the functions single checks were sent as before. With `BENCH_CPU=1`
 //! (Linux, the database on this machine) every cell also prints the CPU
-//! time per operation of the PostgreSQL processes and of this process,
-//! which repeats far better than throughput on a shared VM.
+//! time per operation of the PostgreSQL processes and of this process. It
+//! repeats better than throughput on a shared VM, but counts PostgreSQL's
+//! background work (WAL writer, autovacuum) in whichever cell it runs, so
+//! compare cells whose order rotates, as `-- fast-path`'s do.
 #![allow(missing_docs, clippy::cast_precision_loss)]
 
 #[path = "../../runlimit-memory/benches/shared/topology.rs"]
