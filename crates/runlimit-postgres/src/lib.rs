@@ -61,14 +61,17 @@
 //! admission, refund, reset and cleanup of the counter. It takes no lock
 //! after the row's, so it never waits in a cycle with the general path; a
 //! row deleted while it waits sends it down the general path. A single
-//! fixed-window check goes further: its statement is an `UPDATE` of the row
-//! whose condition holds the decision, so an admission is one write under the
-//! row lock the update takes itself, with the clock read after that lock is
-//! granted; a denial, or a counter without a row, updates nothing and is
-//! decided in the same statement by `runlimit_check_fixed_window`, which
-//! (since migration 11) denies a full window from the row as last
-//! committed, without its lock (a denial changes nothing, so the snapshot it
-//! read orders it), and locks the row for anything else.
+//! fixed-window check goes further: its statement is an `UPDATE` that adds
+//! the check's cost to a live window with room, its condition holding the
+//! decision, so an admission is one write under the row lock the update
+//! takes itself, decided on a clock read with the row version it writes
+//! over (read again if the update waited for the row). A denial, a window
+//! that has ended, or a counter without a row updates nothing and is decided
+//! in the same statement by `runlimit_check_fixed_window`, which (since
+//! migration 11) denies a full window from the row as last committed,
+//! without its lock (a denial changes nothing, so the snapshot it read
+//! orders it), and locks the row for anything else, anchoring a new window
+//! over one that has ended.
 //!
 //! # Refund, peek and reset
 //!

@@ -128,8 +128,9 @@ async fn a_hostile_clock_on_the_search_path_has_no_effect() {
         stored_in_the_future,
         "the window was anchored on the real clock"
     );
-    // The third check finds the row full and is decided under its lock, on
-    // the real clock too: a clock of 2000 would put the retry decades away.
+    // The third check finds the window full and is denied from the row as
+    // last committed, on the real clock too: a clock of 2000 would put the
+    // retry decades away.
     let denied = limiter
         .check(&Check::new(&policy, key(1, 1)))
         .await
