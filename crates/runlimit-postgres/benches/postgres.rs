@@ -9,7 +9,9 @@
 //! `-- topology` runs the credential-stuffing burst with and without the
 //! denial cache, and the tiered admission against the shared check alone;
 //! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
-//! with the functions single checks were sent as before. With `BENCH_CPU=1`
+//! with the functions single checks were sent as before; `-- batch` compares
+//! batches of two through the limiter (one `UPDATE`) with the general
+//! function batches were sent as before. With `BENCH_CPU=1`
 //! (Linux, the database on this machine) every cell also prints the CPU
 //! time per operation of the PostgreSQL processes and of this process. It
 //! repeats better than throughput on a shared VM, but counts PostgreSQL's
@@ -48,6 +50,14 @@ enum Workload {
     /// other baseline of `-- fast-path`.
     RowLockCheck,
     BatchOfTwo,
+    /// A batch of two sent as the general function, as every batch was
+    /// before small batches were admitted by one `UPDATE`: the baseline of
+    /// `-- batch`.
+    GeneralBatch,
+    /// A batch of two whose second window is full: a denial.
+    DeniedBatch,
+    /// The same denial sent as the general function, as before.
+    GeneralDeniedBatch,
     /// The two counter rows a batch of two writes, updated by one bare
     /// statement (`used = used + 1`, no decision, guard or clock): not a
     /// Runlimit operation, but the write a batch cannot do without, for the
@@ -251,6 +261,30 @@ async fn run(
                             .expect("two-row update");
                             assert_eq!(updated.len(), 2);
                         }
+                        Workload::GeneralBatch => {
+                            let checks = [
+                                Check::new(&policies[0], subject(key)),
+                                Check::new(&policies[1], subject(key)),
+                            ];
+                            let outcomes = general_batch(&pool, &checks).await;
+                            assert_eq!(outcomes, [0, 0], "allowed");
+                        }
+                        Workload::GeneralDeniedBatch => {
+                            let checks = [
+                                Check::new(&policies[0], subject(key)),
+                                Check::new(&subjects.exhausted, subject(key)),
+                            ];
+                            let outcomes = general_batch(&pool, &checks).await;
+                            assert_eq!(outcomes, [0, 1], "denied");
+                        }
+                        Workload::DeniedBatch => {
+                            let checks = [
+                                Check::new(&policies[0], subject(key)),
+                                Check::new(&subjects.exhausted, subject(key)),
+                            ];
+                            let batch = limiter.check_all(&checks).await.expect("batch");
+                            assert!(!batch.permits_request());
+                        }
                         Workload::BatchOfTwo => {
                             let checks = [
                                 Check::new(&policies[0], subject(key)),
@@ -378,12 +412,29 @@ async fn main() {
     for workload in [
         Workload::Upsert,
         Workload::BatchOfTwo,
+        Workload::GeneralBatch,
+        Workload::DeniedBatch,
+        Workload::GeneralDeniedBatch,
         Workload::SlidingCheck,
     ] {
         run(workload, 32, seconds, &pool, &subjects).await;
     }
     if std::env::args().any(|arg| arg == "sliding") {
         sliding_against_fixed(seconds, &pool, &subjects).await;
+    } else if std::env::args().any(|arg| arg == "batch") {
+        rotate_against_floor(
+            seconds,
+            &pool,
+            &subjects,
+            &[
+                ("general function", Workload::GeneralBatch),
+                ("limiter (one UPDATE)", Workload::BatchOfTwo),
+                ("bare two-row UPDATE", Workload::TwoRowUpdate),
+                ("denial, general function", Workload::GeneralDeniedBatch),
+                ("denial, limiter", Workload::DeniedBatch),
+            ],
+        )
+        .await;
     } else if std::env::args().any(|arg| arg == "fast-path") {
         fast_path_against_general(seconds, &pool, &subjects).await;
     } else if std::env::args().any(|arg| arg == "topology") {
@@ -399,6 +450,41 @@ async fn main() {
         .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
         .await
         .expect("drop");
+}
+
+/// The outcomes of `checks` sent as the general function, with the
+/// limiter's arguments (sorted advisory-lock ids, its 10 s operation
+/// timeout's lock timeout).
+async fn general_batch(pool: &PgPool, checks: &[Check<'_, FixedWindowPolicy>]) -> Vec<i16> {
+    let mut locks: Vec<i64> = checks.iter().map(lock_id).collect();
+    locks.sort_unstable();
+    let each = |value: &dyn Fn(&Check<'_, FixedWindowPolicy>) -> u64| -> Vec<i64> {
+        checks
+            .iter()
+            .map(|check| i64::try_from(value(check)).expect("bounded"))
+            .collect()
+    };
+    let rows: Vec<(i16,)> = sqlx::query_as(
+        "SELECT r_outcome FROM runlimit_check_fixed_windows(\
+         $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
+    )
+    .bind(
+        checks
+            .iter()
+            .map(|check| check.counter_key().to_bytes().to_vec())
+            .collect::<Vec<_>>(),
+    )
+    .bind(locks)
+    .bind(each(&|check| check.policy().limit()))
+    .bind(each(&|check| check.policy().window_millis() * 1_000))
+    .bind(each(&|check| check.cost()))
+    .bind(65_536i32)
+    .bind(9_750i32)
+    .bind(false)
+    .fetch_all(pool)
+    .await
+    .expect("general batch");
+    rows.into_iter().map(|row| row.0).collect()
 }
 
 /// Fixed-window and sliding-window checks at 32 tasks, alternating, with
@@ -426,20 +512,36 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
 /// `UPDATE` admitting in place), sent as the row-lock function of migration 9
 /// (what the limiter sent before) and as the general batch function of one
 /// element (what it sent before migration 9), with a bare `UPDATE` of the
-/// same row for reference, in an order that rotates each round, against the
-/// upsert floor of the same round.
+/// same row for reference.
 async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
+    rotate_against_floor(
+        seconds,
+        pool,
+        subjects,
+        &[
+            ("general path", Workload::GeneralCheck),
+            ("row-lock function", Workload::RowLockCheck),
+            ("limiter (one UPDATE)", Workload::Check),
+            ("bare UPDATE of the row", Workload::RowUpdate),
+        ],
+    )
+    .await;
+}
+
+/// `workloads` at 32 tasks, in an order that rotates each round, against
+/// the upsert floor of the same round, with each one's median share of the
+/// floor over the rounds.
+async fn rotate_against_floor(
+    seconds: f64,
+    pool: &PgPool,
+    subjects: &Arc<Subjects>,
+    workloads: &[(&str, Workload)],
+) {
     const ROUNDS: usize = 6;
-    let workloads = [
-        ("general path", Workload::GeneralCheck),
-        ("row-lock function", Workload::RowLockCheck),
-        ("limiter (one UPDATE)", Workload::Check),
-        ("bare UPDATE of the row", Workload::RowUpdate),
-    ];
-    let mut ratios: [Vec<f64>; 4] = Default::default();
+    let mut ratios = vec![Vec::new(); workloads.len()];
     for round in 0..ROUNDS {
         let (floor, ..) = run(Workload::Upsert, 32, seconds, pool, subjects).await;
-        let mut rates = [0.0; 4];
+        let mut rates = vec![0.0; workloads.len()];
         for step in 0..workloads.len() {
             let which = (round + step) % workloads.len();
             rates[which] = run(workloads[which].1, 32, seconds, pool, subjects).await.0;
@@ -486,6 +588,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
             Workload::DeniedCheck,
             Workload::CheckAndRefund,
             Workload::BatchOfTwo,
+            Workload::DeniedBatch,
             Workload::TwoRowUpdate,
             Workload::SlidingCheck,
         ] {
@@ -498,6 +601,7 @@ async fn table(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
                 Workload::Check
                     | Workload::DeniedCheck
                     | Workload::BatchOfTwo
+                    | Workload::DeniedBatch
                     | Workload::TwoRowUpdate
                     | Workload::CheckAndRefund
                     | Workload::SlidingCheck

@@ -204,9 +204,11 @@
 //! HMAC secret; readiness checks should verify the database a fail-closed path
 //! depends on.
 
+mod batch;
 mod config;
 mod connections;
 mod error;
+mod full_counters;
 mod limiter;
 mod migrate;
 mod pool;
@@ -219,8 +221,8 @@ pub use config::{
 pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
 pub use migrate::{
-    BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL, CREATE_RUNLIMIT_FIXED_WINDOWS_SQL,
-    CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL,
+    ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL, BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL,
+    CREATE_RUNLIMIT_FIXED_WINDOWS_SQL, CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL,
     CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL, CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL,
     DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL,
     DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL,

@@ -20,9 +20,11 @@ use runlimit_core::{
 use sqlx::{PgConnection, PgPool, Postgres, Row, postgres::PgArguments, query::Query};
 
 use crate::{
+    batch,
     config::PostgresConfig,
     connections::{Connections, Held, TakeError},
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
+    full_counters::FullCounters,
     migrate::migrate,
     single::{CHECK_FIXED_WINDOW, EpochMicros},
 };
@@ -48,11 +50,14 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// Decides every check in one statement and returns one decision per
     /// check, in input order, with what a receipt needs, having changed
     /// nothing unless every check was allowed.
+    /// `full` remembers counters recent replies found full, for the policies
+    /// whose batches it routes.
     #[doc(hidden)]
     fn decide(
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
+        full: &FullCounters,
     ) -> impl Future<Output = Result<Vec<Decided>, sqlx::Error>> + Send;
 
     /// Refunds what `admitted` records for `checks` in one statement; whether
@@ -104,6 +109,7 @@ pub struct Decided {
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
     connections: Arc<Connections>,
     config: PostgresConfig,
+    full: Arc<FullCounters>,
     observer: Option<Arc<dyn Observer>>,
     policy: PhantomData<fn() -> P>,
 }
@@ -113,6 +119,7 @@ impl<P> Clone for PostgresLimiter<P> {
         Self {
             connections: Arc::clone(&self.connections),
             config: self.config,
+            full: Arc::clone(&self.full),
             observer: self.observer.clone(),
             policy: PhantomData,
         }
@@ -195,6 +202,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         PostgresLimiter {
             connections: Arc::clone(&self.connections),
             config: self.config,
+            full: Arc::clone(&self.full),
             observer: self.observer.clone(),
             policy: PhantomData,
         }
@@ -204,6 +212,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         Self {
             connections: Arc::new(connections),
             config,
+            full: Arc::new(FullCounters::new()),
             observer: None,
             policy: PhantomData,
         }
@@ -283,7 +292,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     /// receipt, per check.
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<Decided>, CheckError> {
         let decided = self
-            .run(async |connection| P::decide(connection, checks, &self.config).await)
+            .run(async |connection| P::decide(connection, checks, &self.config, &self.full).await)
             .await?;
         if decided.len() == checks.len() {
             Ok(decided)
@@ -624,6 +633,7 @@ impl PgPolicy for FixedWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
+        full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let limit = |check: &Check<'_, Self>| as_i64(check.policy().limit());
         let window_us =
@@ -644,6 +654,35 @@ impl PgPolicy for FixedWindowPolicy {
                 .await?;
             let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
             vec![(row.try_get(0)?, row.try_get(1)?, expires_us, now_us)]
+        } else if checks.len() <= batch::MAX_CHECKS {
+            // A small batch: a statement that admits it by updating its rows
+            // in place, or else settles it; a batch naming a counter found
+            // full goes to the settling function directly.
+            let mut locks: Vec<i64> = checks.iter().map(lock_id).collect();
+            let statement = if full.any(locks.iter().copied()) {
+                batch::settle_statement(checks.len())
+            } else {
+                batch::statement(checks.len())
+            };
+            locks.sort_unstable();
+            let mut query = sqlx::query(statement);
+            for check in checks {
+                query = query.bind(check.counter_key().to_bytes().to_vec());
+            }
+            for value in checks.iter().map(limit) {
+                query = query.bind(value);
+            }
+            for value in checks.iter().map(cost) {
+                query = query.bind(value);
+            }
+            for value in checks.iter().map(window_us) {
+                query = query.bind(value);
+            }
+            for value in locks {
+                query = query.bind(value);
+            }
+            let rows = query.bind_settings(config).fetch_all(connection).await?;
+            batch::replies(&rows, checks.len())?
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -666,6 +705,7 @@ impl PgPolicy for FixedWindowPolicy {
             .zip(rows)
             .map(|(check, (outcome, used, expires_us, now_us))| {
                 let left = micros_between(expires_us, now_us);
+                full.record(lock_id(check), (outcome == OUTCOME_QUOTA).then_some(left));
                 let policy = check.policy();
                 let decision = match outcome {
                     OUTCOME_ALLOWED => Decision::allowed(
@@ -773,6 +813,7 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
+        _full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<GcraMicros> = checks
             .iter()
@@ -935,6 +976,7 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
+        _full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<SlidingMicros> = checks
             .iter()

@@ -60,6 +60,11 @@ pub const DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str = i
 pub const DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL: &str =
     include_str!("../migrations/20260101000011_deny_full_fixed_windows_without_the_row_lock.sql");
 
+/// Settles a fixed-window batch that the in-place update did not admit
+/// whole: takes back what it added, then decides the batch as before.
+pub const ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL: &str =
+    include_str!("../migrations/20260101000012_admit_fixed_window_batches_in_place.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

@@ -96,24 +96,8 @@ async fn a_check_that_waited_for_its_row_decides_on_the_clock_after_the_wait() {
         async move { limiter.check(&Check::new(&policy, key(4, 1))).await }
     });
     // Until the check waits for the row, so it has read the clock once
-    // before the window is forgotten (bounded, so that a check which never
-    // waits fails the test below rather than hanging it).
-    let mut waited = false;
-    for _ in 0..2_000 {
-        let blocked: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
-             WHERE $1 = ANY (pg_catalog.pg_blocking_pids(pid))",
-        )
-        .bind(other_pid)
-        .fetch_one(schema.admin())
-        .await
-        .expect("activity");
-        if blocked > 0 {
-            waited = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // before the window is forgotten.
+    let waited = schema.wait_until_blocked_by(other_pid).await;
     sqlx::query(
         "UPDATE runlimit_fixed_windows \
          SET used = 0, window_expires_at = pg_catalog.clock_timestamp()",

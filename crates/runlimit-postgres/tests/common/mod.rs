@@ -104,6 +104,27 @@ impl TestSchema {
     pub(crate) fn admin(&self) -> &PgPool {
         &self.admin
     }
+
+    /// Waits until some session waits for a lock the backend `pid` holds,
+    /// and says whether one did. Bounded, so that a statement which never
+    /// waits fails the test that expected it to rather than hanging it.
+    pub(crate) async fn wait_until_blocked_by(&self, pid: i32) -> bool {
+        for _ in 0..2_000 {
+            let blocked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+                 WHERE $1 = ANY (pg_catalog.pg_blocking_pids(pid))",
+            )
+            .bind(pid)
+            .fetch_one(&self.admin)
+            .await
+            .expect("activity");
+            if blocked > 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
 }
 
 impl Drop for TestSchema {

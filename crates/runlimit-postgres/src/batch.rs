@@ -1,0 +1,226 @@
+//! A small fixed-window batch as one statement that admits it in place.
+//!
+//! Most batches find every counter's row in a live window with room for its
+//! check. [`statement`] admits those as the single check's statement does
+//! (see the `single` module): one `UPDATE` whose `WHERE` clause holds the
+//! decision adds each check's cost to its row, and changes nothing else.
+//! A batch is all or nothing, and an update decides each row on its own, so
+//! the statement counts the rows it updated: when it updated them all, the
+//! batch is admitted. Otherwise (a denial, a window to anchor anew, a
+//! counter without a row, a row changed while the update waited for it) the
+//! same statement calls `runlimit_settle_fixed_windows` (migration 12),
+//! which takes back what the update added to the rows it did update, denies
+//! the batch from the rows as last committed if one is full (without a
+//! further lock, as a single check's denial), and otherwise decides it with
+//! the general function `runlimit_check_fixed_windows` under its locks. No
+//! other transaction can see the added cost: it is taken back in the
+//! transaction that added it, under those rows' locks.
+//!
+//! A denial found this way writes twice (the update, then taking it back).
+//! A batch naming a counter that a recent reply found full (see the
+//! `full_counters` module) is therefore sent as [`settle_statement`], the
+//! settling function alone, which denies it without writing.
+//!
+//! # Locks
+//!
+//! Every statement that locks several counters takes their advisory locks
+//! first, in ascending id order, and row locks only after; that order is why
+//! they cannot deadlock. The update keeps it: its `WHERE` clause starts with
+//! a sub-select that reads no row, which PostgreSQL evaluates once, before
+//! the scan hands the update any row to lock, and that sub-select takes the
+//! batch's advisory locks (after setting the transaction's `lock_timeout`,
+//! so the waits are bounded). The settling function then takes the same
+//! advisory locks again, which the transaction already holds.
+//!
+//! # Time
+//!
+//! As for a single check: each row's condition reads the clock together with
+//! the row version it writes over, so a row the update waited for is decided
+//! on a clock read after the wait, and each reply's clock sample is read
+//! after its row's update.
+//!
+//! # Shape
+//!
+//! Batches of two to [`MAX_CHECKS`] checks take this statement, one text per
+//! size (parameters rather than arrays, so PostgreSQL plans each text once
+//! for every batch of that size, where an `= ANY (array)` parameter had it
+//! plan every call anew); larger batches go to the general function
+//! directly. A batch never names one counter twice (`validate_batch` refuses
+//! it before any statement is sent); if it did, the update would count that
+//! counter once and the batch would be settled by the function, exactly.
+
+use std::{fmt::Write, sync::OnceLock};
+
+use sqlx::{Row, postgres::PgRow};
+
+use crate::single::EpochMicros;
+
+/// The largest batch [`statement`] is written for.
+pub(crate) const MAX_CHECKS: usize = 8;
+
+/// The statement for a batch of `checks` checks (two to [`MAX_CHECKS`]).
+///
+/// Parameters, for `n` checks: `$1..=$n` counter keys, then `n` limits, `n`
+/// costs and `n` windows in microseconds (each in batch order), `n`
+/// advisory-lock ids in ascending order, then the rows per capacity shard,
+/// the lock timeout in milliseconds and relaxed durability. Rows: one per
+/// admitted check (its position, count, window expiry and clock sample) when
+/// the update admitted the whole batch; otherwise also one row whose last
+/// column holds the settled batch, flat (see [`replies`]).
+pub(crate) fn statement(checks: usize) -> &'static str {
+    &statements()[checks].0
+}
+
+/// The statement that sends a batch of `checks` checks to the settling
+/// function directly: the parameters of [`statement`], and one row like
+/// its settled row.
+pub(crate) fn settle_statement(checks: usize) -> &'static str {
+    &statements()[checks].1
+}
+
+/// Both statements for every size, written once.
+fn statements() -> &'static [(String, String)] {
+    static STATEMENTS: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    STATEMENTS.get_or_init(|| (0..=MAX_CHECKS).map(write_statements).collect())
+}
+
+fn write_statements(n: usize) -> (String, String) {
+    if n < 2 {
+        return (String::new(), String::new());
+    }
+    // 1-based parameter numbers of each list.
+    let key = |i: usize| i;
+    let limit = |i: usize| n + i;
+    let cost = |i: usize| 2 * n + i;
+    let window = |i: usize| 3 * n + i;
+    let lock = |i: usize| 4 * n + i;
+    let (max_rows, lock_timeout, relaxed) = (5 * n + 1, 5 * n + 2, 5 * n + 3);
+    let list = |param: &dyn Fn(usize) -> usize, cast: &str| {
+        (1..=n)
+            .map(|i| format!("${}::{cast}", param(i)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let values = (1..=n)
+        .map(|i| {
+            format!(
+                "({i}, ${}::bytea, ${}::bigint, ${}::bigint)",
+                key(i),
+                limit(i),
+                cost(i)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut advisory = String::new();
+    for i in 1..=n {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            advisory,
+            "\n            AND pg_catalog.pg_advisory_xact_lock(${}::bigint) IS NOT NULL",
+            lock(i)
+        );
+    }
+    let settle = |added: &str| {
+        format!(
+            "runlimit_settle_fixed_windows(
+    ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],
+    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean,
+    {added})",
+            keys = list(&key, "bytea"),
+            locks = list(&lock, "bigint"),
+            limits = list(&limit, "bigint"),
+            windows = list(&window, "bigint"),
+            costs = list(&cost, "bigint"),
+        )
+    };
+    let in_place = format!(
+        "\
+WITH admitted AS (
+    UPDATE runlimit_fixed_windows AS w
+    SET used = w.used + c.cost
+    FROM (VALUES {values}) AS c (i, counter_key, max_used, cost)
+    WHERE (SELECT pg_catalog.set_config('lock_timeout', ${lock_timeout}::integer::text || 'ms', true) IS NOT NULL
+            AND (NOT ${relaxed}::boolean
+                OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL){advisory})
+        AND w.counter_key = c.counter_key
+        AND w.used + c.cost <= c.max_used
+        AND w.window_expires_at > pg_catalog.clock_timestamp()
+    RETURNING c.i, w.used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
+)
+SELECT a.i, a.used, a.window_expires_at, a.now, NULL::bigint[] AS settled FROM admitted AS a
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, {settle}
+WHERE (SELECT count(*) FROM admitted) < {n}",
+        settle = settle("ARRAY(SELECT a.i FROM admitted AS a)"),
+    );
+    let settle_only = format!(
+        "SELECT NULL::integer, NULL::bigint, NULL::timestamptz, NULL::timestamptz, {}",
+        settle("NULL")
+    );
+    (in_place, settle_only)
+}
+
+/// Each check's outcome, count, window expiry and clock sample (the last two
+/// in microseconds since the Unix epoch), in batch order, from the rows of
+/// [`statement`] for `checks` checks.
+///
+/// # Errors
+///
+/// [`sqlx::Error::Decode`] if the rows are not a reply of that statement.
+pub(crate) fn replies(
+    rows: &[PgRow],
+    checks: usize,
+) -> Result<Vec<(i16, i64, i64, i64)>, sqlx::Error> {
+    let malformed = || sqlx::Error::Decode("a batch reply of an unexpected shape".into());
+    for row in rows {
+        if let Some(settled) = row.try_get::<Option<Vec<i64>>, _>(4)? {
+            // Flat: (outcome, used, expiry) per check, then the clock sample.
+            let (&now_us, replies) = settled.split_last().ok_or_else(malformed)?;
+            if replies.len() != 3 * checks {
+                return Err(malformed());
+            }
+            return replies
+                .chunks_exact(3)
+                .map(|reply| {
+                    let outcome = i16::try_from(reply[0]).map_err(|_| malformed())?;
+                    Ok((outcome, reply[1], reply[2], now_us))
+                })
+                .collect();
+        }
+    }
+    // No settled row: the update admitted every check, one row each.
+    let mut admitted = vec![None; checks];
+    for row in rows {
+        let position: i32 = row.try_get(0)?;
+        let slot = usize::try_from(position)
+            .ok()
+            .and_then(|position| admitted.get_mut(position.checked_sub(1)?))
+            .ok_or_else(malformed)?;
+        let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
+        *slot = Some((0, row.try_get(1)?, expires_us, now_us));
+    }
+    admitted
+        .into_iter()
+        .map(|reply| reply.ok_or_else(malformed))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_size_numbers_its_parameters_without_gaps() {
+        for n in 2..=MAX_CHECKS {
+            let highest = 5 * n + 3;
+            for text in [statement(n), settle_statement(n)] {
+                for param in 1..=highest {
+                    assert!(text.contains(&format!("${param}::")), "${param} of {n}");
+                }
+                assert!(!text.contains(&format!("${}", highest + 1)), "{n}");
+            }
+            assert_eq!(statement(n).matches("pg_advisory_xact_lock").count(), n);
+        }
+    }
+}
