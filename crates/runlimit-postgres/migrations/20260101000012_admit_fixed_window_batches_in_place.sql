@@ -8,13 +8,15 @@
 -- anchor anew, a counter without a row, a row changed while the update
 -- waited for it) the same statement calls this function, which:
 --
--- 1. takes back what that update added (p_added lists the positions, 1-based,
---    of the checks whose rows it updated, or is NULL). The calling statement
---    holds the lock of every row it updated (and the batch's advisory locks),
---    so each such row is still as that update left it, and subtracting the
---    cost returns its count to the value it was locked with. Both happen in
---    the calling statement's one transaction, so no other transaction ever
---    sees the added cost;
+-- 1. takes back what that update added: the rows it updated are the batch's
+--    rows whose version this transaction wrote (the statement is the whole
+--    transaction, and nothing else in it writes before this function runs).
+--    The calling statement holds the lock of every row it updated (and the
+--    batch's advisory locks), so each such row is still as that update left
+--    it, and subtracting the cost returns its count to the value it was
+--    locked with. Both happen in the calling statement's one transaction, so
+--    no other transaction ever sees the added cost. Asking the row versions
+--    rather than being told spares the calling statement a sub-select;
 -- 2. denies the batch without any further lock when every counter has a row
 --    and one of them is full, as migration 11 denies a single check: the rows
 --    are read as last committed, then the clock is sampled, and a window
@@ -25,9 +27,11 @@
 -- 3. otherwise decides the batch with `runlimit_check_fixed_windows`, under
 --    its advisory and row locks, as every batch was decided before.
 --
--- The limiter also calls it directly, with p_added NULL, for a batch naming a
--- counter a recent reply found full, so that such a batch is denied without
--- writing anything.
+-- The limiter also calls it directly, as a statement of its own, for a batch
+-- naming a counter a recent reply found full, so that such a batch is denied
+-- without writing anything; it has then written nothing to take back. Call
+-- it only as one of those statements, never after other writes in the same
+-- transaction.
 --
 -- The reply is flat, so that the calling statement can carry it in one
 -- column: (outcome, used, window expiry in microseconds since the Unix
@@ -40,8 +44,7 @@ CREATE FUNCTION runlimit_settle_fixed_windows(
     p_costs bigint[],
     p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
-    p_relaxed_durability boolean,
-    p_added integer[]
+    p_relaxed_durability boolean
 ) RETURNS bigint[]
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -52,14 +55,18 @@ DECLARE
     v_now timestamptz;
     v_now_us bigint;
     v_denied boolean := false;
+    v_writer xid := pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned());
     v_row record;
     i integer;
 BEGIN
-    FOREACH i IN ARRAY COALESCE(p_added, '{}') LOOP
-        UPDATE runlimit_fixed_windows AS w
-        SET used = w.used - p_costs[i]
-        WHERE w.counter_key = p_keys[i];
-    END LOOP;
+    -- NULL when this transaction has written nothing.
+    IF v_writer IS NOT NULL THEN
+        FOR i IN 1..v_count LOOP
+            UPDATE runlimit_fixed_windows AS w
+            SET used = w.used - p_costs[i]
+            WHERE w.counter_key = p_keys[i] AND w.xmin = v_writer;
+        END LOOP;
+    END IF;
 
     FOR i IN 1..v_count LOOP
         SELECT w.used, w.window_expires_at INTO v_row

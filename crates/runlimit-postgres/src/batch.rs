@@ -9,7 +9,8 @@
 //! batch is admitted. Otherwise (a denial, a window to anchor anew, a
 //! counter without a row, a row changed while the update waited for it) the
 //! same statement calls `runlimit_settle_fixed_windows` (migration 12),
-//! which takes back what the update added to the rows it did update, denies
+//! which takes back what the update added to the rows it did update (the
+//! rows whose version the transaction wrote), denies
 //! the batch from the rows as last committed if one is full (without a
 //! further lock, as a single check's denial), and otherwise decides it with
 //! the general function `runlimit_check_fixed_windows` under its locks. No
@@ -45,9 +46,10 @@
 //! size (parameters rather than arrays, so PostgreSQL plans each text once
 //! for every batch of that size, where an `= ANY (array)` parameter had it
 //! plan every call anew); larger batches go to the general function
-//! directly. A batch never names one counter twice (`validate_batch` refuses
-//! it before any statement is sent); if it did, the update would count that
-//! counter once and the batch would be settled by the function, exactly.
+//! directly, and so does a batch naming one counter twice (which
+//! `validate_batch` already refuses): an update joins its target row once
+//! however many input rows match it, and what to take back would be
+//! ambiguous.
 
 use std::{fmt::Write, sync::OnceLock};
 
@@ -121,12 +123,11 @@ fn write_statements(n: usize) -> (String, String) {
             lock(i)
         );
     }
-    let settle = |added: &str| {
+    let settle = || {
         format!(
             "runlimit_settle_fixed_windows(
     ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],
-    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean,
-    {added})",
+    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean)",
             keys = list(&key, "bytea"),
             locks = list(&lock, "bigint"),
             limits = list(&limit, "bigint"),
@@ -152,11 +153,11 @@ SELECT a.i, a.used, a.window_expires_at, a.now, NULL::bigint[] AS settled FROM a
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, {settle}
 WHERE (SELECT count(*) FROM admitted) < {n}",
-        settle = settle("ARRAY(SELECT a.i FROM admitted AS a)"),
+        settle = settle(),
     );
     let settle_only = format!(
         "SELECT NULL::integer, NULL::bigint, NULL::timestamptz, NULL::timestamptz, {}",
-        settle("NULL")
+        settle()
     );
     (in_place, settle_only)
 }

@@ -73,6 +73,20 @@
 //! orders it), and locks the row for anything else, anchoring a new window
 //! over one that has ended.
 //!
+//! A fixed-window batch of two to eight checks is one statement of the same
+//! kind (migration 12): it takes the batch's advisory locks in ascending
+//! order first, then one `UPDATE` adds each check's cost to its row where
+//! the window is live with room. When every row was updated the batch is
+//! admitted; otherwise the same statement calls
+//! `runlimit_settle_fixed_windows`, which takes back what the update added
+//! (it holds those rows' locks, and no other transaction sees the cost),
+//! denies the batch from the rows as last committed when one is full, and
+//! otherwise decides it with the general function. A batch naming a counter
+//! that a recent reply of the same limiter found full is sent to that
+//! function directly, so repeated denials write nothing; the limiter
+//! remembers such counters in a fixed table of 1,024 slots, which only
+//! chooses the statement, never the decision.
+//!
 //! # Refund, peek and reset
 //!
 //! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`]. A refund is one

@@ -97,11 +97,13 @@ pub struct Decided {
 /// A quota shared by every replica connected to one PostgreSQL database.
 ///
 /// Each [`check`](Limiter::check) or [`check_all`](Limiter::check_all) is a
-/// single statement, a single round trip: a server-side function takes
-/// advisory locks on the counters in a global order, locks their rows, reserves
-/// capacity for new keys in the 256-shard ledger, decides every check against
-/// one `pg_catalog.clock_timestamp()` sample, and writes only if the whole batch
-/// is allowed. See the [crate documentation](crate) for operations.
+/// single statement, a single round trip: in general a server-side function
+/// takes advisory locks on the counters in a global order, locks their rows,
+/// reserves capacity for new keys in the 256-shard ledger, decides every check
+/// against one `pg_catalog.clock_timestamp()` sample, and writes only if the
+/// whole batch is allowed; single checks and small fixed-window batches of
+/// counters that exist are admitted by an `UPDATE` in place, under the same
+/// lock order. See the [crate documentation](crate) for operations.
 ///
 /// `PostgresLimiter<FixedWindowPolicy>` (the default),
 /// `PostgresLimiter<SlidingWindowPolicy>` and `PostgresLimiter<GcraPolicy>`
@@ -572,6 +574,15 @@ fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
     ids
 }
 
+/// Whether no two checks of a batch count on the same counter.
+fn distinct_counters<P: Policy>(checks: &[Check<'_, P>]) -> bool {
+    checks.iter().enumerate().all(|(index, check)| {
+        checks[..index]
+            .iter()
+            .all(|earlier| earlier.counter_key() != check.counter_key())
+    })
+}
+
 fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
     checks
         .iter()
@@ -654,7 +665,7 @@ impl PgPolicy for FixedWindowPolicy {
                 .await?;
             let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
             vec![(row.try_get(0)?, row.try_get(1)?, expires_us, now_us)]
-        } else if checks.len() <= batch::MAX_CHECKS {
+        } else if checks.len() <= batch::MAX_CHECKS && distinct_counters(checks) {
             // A small batch: a statement that admits it by updating its rows
             // in place, or else settles it; a batch naming a counter found
             // full goes to the settling function directly.
