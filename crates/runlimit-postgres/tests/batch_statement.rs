@@ -8,8 +8,8 @@ use common::{key, policy};
 
 use std::time::Duration;
 
-use runlimit_core::{Check, FixedWindowPolicy, Limiter};
-use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+use runlimit_core::{BatchDecision, Check, FixedWindowPolicy, Limiter};
+use runlimit_postgres::{CheckError, PostgresConfig, PostgresLimiter};
 
 fn limiter(pool: &sqlx::PgPool) -> PostgresLimiter<FixedWindowPolicy> {
     let config = PostgresConfig::default()
@@ -25,6 +25,54 @@ async fn used(pool: &sqlx::PgPool, check: &Check<'_, FixedWindowPolicy>) -> i64 
         .fetch_one(pool)
         .await
         .expect("the counter's row")
+}
+
+/// Two policies of five a minute, whose counters for `key(shard, 1)` have
+/// admitted one batch of both.
+async fn pair_after_one_batch(
+    limiter: &PostgresLimiter<FixedWindowPolicy>,
+    name: &str,
+    shard: u8,
+) -> [FixedWindowPolicy; 2] {
+    let window = Duration::from_secs(60);
+    let policies = [
+        policy(&format!("{name}-a"), 5, window),
+        policy(&format!("{name}-b"), 5, window),
+    ];
+    let checks = policies
+        .each_ref()
+        .map(|policy| Check::new(policy, key(shard, 1)));
+    let first = limiter.check_all(&checks).await.expect("first batch");
+    assert!(first.is_allowed());
+    policies
+}
+
+/// The batch of both `policies` for `key(shard, 1)`, sent from a task of its
+/// own.
+fn spawn_batch(
+    limiter: &PostgresLimiter<FixedWindowPolicy>,
+    policies: &[FixedWindowPolicy; 2],
+    shard: u8,
+) -> tokio::task::JoinHandle<Result<BatchDecision, CheckError>> {
+    let (limiter, policies) = (limiter.clone(), policies.clone());
+    tokio::spawn(async move {
+        let checks = policies
+            .each_ref()
+            .map(|policy| Check::new(policy, key(shard, 1)));
+        limiter.check_all(&checks).await
+    })
+}
+
+/// A transaction on a connection of `pool`, and its backend's process id.
+async fn transaction_with_pid(
+    pool: &sqlx::PgPool,
+) -> (sqlx::Transaction<'static, sqlx::Postgres>, i32) {
+    let mut transaction = pool.begin().await.expect("begin");
+    let pid = sqlx::query_scalar("SELECT pg_catalog.pg_backend_pid()")
+        .fetch_one(&mut *transaction)
+        .await
+        .expect("pid");
+    (transaction, pid)
 }
 
 /// The advisory-lock id the limiter takes for `check`'s counter.
@@ -82,41 +130,18 @@ async fn a_batch_takes_back_what_it_added_when_a_row_fills_while_it_waits() {
     };
     let pool = schema.migrated_pool(2).await;
     let limiter = limiter(&pool);
-    let window = Duration::from_secs(60);
-    let (first, second) = (policy("settle-a", 5, window), policy("settle-b", 5, window));
-    let checks = [
-        Check::new(&first, key(8, 1)),
-        Check::new(&second, key(8, 1)),
-    ];
-    assert!(
-        limiter
-            .check_all(&checks)
-            .await
-            .expect("first")
-            .is_allowed()
-    );
+    let policies = pair_after_one_batch(&limiter, "settle", 8).await;
+    let checks = policies
+        .each_ref()
+        .map(|policy| Check::new(policy, key(8, 1)));
 
-    let mut other = schema.pool(1).await.begin().await.expect("begin");
-    let other_pid: i32 = sqlx::query_scalar("SELECT pg_catalog.pg_backend_pid()")
-        .fetch_one(&mut *other)
-        .await
-        .expect("pid");
+    let (mut other, other_pid) = transaction_with_pid(&schema.pool(1).await).await;
     sqlx::query("UPDATE runlimit_fixed_windows SET used = 5 WHERE counter_key = $1")
         .bind(checks[1].counter_key().to_bytes().to_vec())
         .execute(&mut *other)
         .await
         .expect("fill the second window");
-    let waiting = tokio::spawn({
-        let limiter = limiter.clone();
-        let (first, second) = (first.clone(), second.clone());
-        async move {
-            let checks = [
-                Check::new(&first, key(8, 1)),
-                Check::new(&second, key(8, 1)),
-            ];
-            limiter.check_all(&checks).await
-        }
-    });
+    let waiting = spawn_batch(&limiter, &policies, 8);
     let waited = schema.wait_until_blocked_by(other_pid).await;
     other.commit().await.expect("commit");
     assert!(waited, "the batch never waited for the row");
@@ -138,26 +163,13 @@ async fn a_batch_takes_its_advisory_locks_before_any_row_lock() {
     };
     let pool = schema.migrated_pool(2).await;
     let limiter = limiter(&pool);
-    let window = Duration::from_secs(60);
-    let (first, second) = (policy("order-a", 5, window), policy("order-b", 5, window));
-    let checks = [
-        Check::new(&first, key(9, 1)),
-        Check::new(&second, key(9, 1)),
-    ];
-    assert!(
-        limiter
-            .check_all(&checks)
-            .await
-            .expect("first")
-            .is_allowed()
-    );
+    let policies = pair_after_one_batch(&limiter, "order", 9).await;
+    let checks = policies
+        .each_ref()
+        .map(|policy| Check::new(policy, key(9, 1)));
 
     let holder = schema.pool(2).await;
-    let mut other = holder.begin().await.expect("begin");
-    let other_pid: i32 = sqlx::query_scalar("SELECT pg_catalog.pg_backend_pid()")
-        .fetch_one(&mut *other)
-        .await
-        .expect("pid");
+    let (mut other, other_pid) = transaction_with_pid(&holder).await;
     // The larger id: the batch takes the smaller one first, and waits here.
     let held = lock_id(&checks[0]).max(lock_id(&checks[1]));
     sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock($1)")
@@ -165,17 +177,7 @@ async fn a_batch_takes_its_advisory_locks_before_any_row_lock() {
         .execute(&mut *other)
         .await
         .expect("hold the advisory lock");
-    let waiting = tokio::spawn({
-        let limiter = limiter.clone();
-        let (first, second) = (first.clone(), second.clone());
-        async move {
-            let checks = [
-                Check::new(&first, key(9, 1)),
-                Check::new(&second, key(9, 1)),
-            ];
-            limiter.check_all(&checks).await
-        }
-    });
+    let waiting = spawn_batch(&limiter, &policies, 9);
     let waited = schema.wait_until_blocked_by(other_pid).await;
     // Neither row is locked while the batch waits.
     let locked = {
