@@ -172,7 +172,7 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
 
 /// Each check's outcome, count, window expiry and clock sample (the last two
 /// in microseconds since the Unix epoch), in batch order, from the rows of
-/// [`statement`] for `checks` checks.
+/// [`statement`] or [`settle_statement`] for `checks` checks.
 ///
 /// # Errors
 ///

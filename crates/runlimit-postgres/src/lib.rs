@@ -193,7 +193,8 @@
 //!
 //! # Migrations
 //!
-//! [`migrate`] (and [`PostgresLimiter::migrate`]) apply the bundled migrations
+//! The bundled migrations need PostgreSQL 13 or later.
+//! [`migrate`] (and [`PostgresLimiter::migrate`]) apply them
 //! with `set_ignore_missing(true)`, so they coexist with the application's own
 //! migrations in one `_sqlx_migrations` table; every migrator sharing it must do
 //! the same. [`MIGRATOR`] keeps SQLx's strict default for databases Runlimit owns

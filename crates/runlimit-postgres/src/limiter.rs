@@ -50,6 +50,7 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// Decides every check in one statement and returns one decision per
     /// check, in input order, with what a receipt needs, having changed
     /// nothing unless every check was allowed.
+    ///
     /// `full` remembers counters recent replies found full, for the policies
     /// whose batches it routes.
     #[doc(hidden)]

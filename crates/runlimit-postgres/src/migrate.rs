@@ -60,8 +60,10 @@ pub const DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL: &str = i
 pub const DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL: &str =
     include_str!("../migrations/20260101000011_deny_full_fixed_windows_without_the_row_lock.sql");
 
-/// Settles a fixed-window batch that the in-place update did not admit
-/// whole: takes back what it added, then decides the batch as before.
+/// Creates the function that settles a fixed-window batch the in-place
+/// update did not admit whole: it takes back what the update added, denies
+/// the batch from the rows as last committed when one is full, and
+/// otherwise decides it with the general function.
 pub const ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL: &str =
     include_str!("../migrations/20260101000012_admit_fixed_window_batches_in_place.sql");
 
