@@ -67,6 +67,11 @@ pub const DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL: &str =
 pub const ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL: &str =
     include_str!("../migrations/20260101000012_admit_fixed_window_batches_in_place.sql");
 
+/// Has the ledger triggers and cleanup read each counter's capacity shard
+/// from its key, and drops the stored shard columns.
+pub const READ_CAPACITY_SHARDS_FROM_COUNTER_KEYS_SQL: &str =
+    include_str!("../migrations/20260101000013_read_capacity_shards_from_counter_keys.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

@@ -671,9 +671,10 @@ async fn cleanup_removes_at_most_the_requested_expired_rows() {
     let pool = schema.migrated_pool(2).await;
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
     let short = policy("short", 5, Duration::from_secs(60));
+    // Five capacity shards, one key each.
     for n in 0..5 {
         limiter
-            .check(&Check::new(&short, key(60, n)))
+            .check(&Check::new(&short, key(60 + n, n)))
             .await
             .expect("ok");
     }
@@ -682,6 +683,7 @@ async fn cleanup_removes_at_most_the_requested_expired_rows() {
         .check(&Check::new(&long, key(60, 99)))
         .await
         .expect("ok");
+    ledger_counts_every_shards_rows(&pool).await;
     assert_eq!(
         limiter.cleanup_expired(10).await.expect("cleanup"),
         0,
@@ -701,6 +703,22 @@ async fn cleanup_removes_at_most_the_requested_expired_rows() {
     .await
     .expect("ledger");
     assert_eq!(ledger, 1, "the ledger follows deletions");
+    ledger_counts_every_shards_rows(&pool).await;
+}
+
+/// Every capacity shard's ledger count is the number of fixed-window rows
+/// whose subject key falls in that shard.
+async fn ledger_counts_every_shards_rows(pool: &sqlx::PgPool) {
+    let mismatched: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM runlimit_capacity_ledger AS ledger \
+         WHERE ledger.counter_table = 'fixed_windows' AND ledger.used <> \
+         (SELECT count(*) FROM runlimit_fixed_windows AS w \
+          WHERE pg_catalog.get_byte(w.counter_key, 32) = ledger.shard)",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("ledger");
+    assert_eq!(mismatched, 0, "shards whose ledger count is not their rows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
