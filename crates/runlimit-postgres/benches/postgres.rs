@@ -155,28 +155,7 @@ async fn run(
                         }
                         Workload::GeneralCheck => {
                             let check = Check::new(&policies[0], subject(key));
-                            let counter = check.counter_key().to_bytes();
-                            let policy = check.policy();
-                            let row: (i16,) = sqlx::query_as(
-                                "SELECT r_outcome FROM runlimit_check_fixed_windows(\
-                                 $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY r_index",
-                            )
-                            .bind(vec![counter.to_vec()])
-                            .bind(vec![lock_id(&check)])
-                            .bind(vec![i64::try_from(policy.limit()).expect("bounded")])
-                            .bind(vec![
-                                i64::try_from(policy.window_millis() * 1_000).expect("bounded"),
-                            ])
-                            .bind(vec![1i64])
-                            .bind(65_536i32)
-                            // The lock timeout the limiter derives from its
-                            // 10 s operation timeout.
-                            .bind(9_750i32)
-                            .bind(false)
-                            .fetch_one(&pool)
-                            .await
-                            .expect("general check");
-                            assert_eq!(row.0, 0, "allowed");
+                            assert_eq!(general_batch(&pool, &[check]).await, [0], "allowed");
                         }
                         Workload::RowLockCheck => {
                             let check = Check::new(&policies[0], subject(key));
@@ -453,8 +432,8 @@ async fn main() {
 }
 
 /// The outcomes of `checks` sent as the general function, with the
-/// limiter's arguments (sorted advisory-lock ids, its 10 s operation
-/// timeout's lock timeout).
+/// limiter's arguments (sorted advisory-lock ids, the lock timeout of its
+/// 10 s operation timeout).
 async fn general_batch(pool: &PgPool, checks: &[Check<'_, FixedWindowPolicy>]) -> Vec<i16> {
     let mut locks: Vec<i64> = checks.iter().map(lock_id).collect();
     locks.sort_unstable();
@@ -479,6 +458,7 @@ async fn general_batch(pool: &PgPool, checks: &[Check<'_, FixedWindowPolicy>]) -
     .bind(each(&|check| check.policy().window_millis() * 1_000))
     .bind(each(&|check| check.cost()))
     .bind(65_536i32)
+    // The lock timeout the limiter derives from its 10 s operation timeout.
     .bind(9_750i32)
     .bind(false)
     .fetch_all(pool)

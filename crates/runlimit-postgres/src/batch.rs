@@ -46,10 +46,11 @@
 //! size (parameters rather than arrays, so PostgreSQL plans each text once
 //! for every batch of that size, where an `= ANY (array)` parameter had it
 //! plan every call anew); larger batches go to the general function
-//! directly, and so does a batch naming one counter twice (which
-//! `validate_batch` already refuses): an update joins its target row once
-//! however many input rows match it, and what to take back would be
-//! ambiguous.
+//! directly. The statement relies on a batch never naming one counter
+//! twice, which `validate_batch` refuses before any batch is decided (the
+//! conformance suite proves it on every backend): an update joins its
+//! target row once however many input rows match it, and what to take back
+//! would be ambiguous.
 //!
 //! PostgreSQL starts every node of the statement's plan on every execution,
 //! the fallback branch's included, whether it runs or not. The branch's gate

@@ -201,8 +201,8 @@ async fn a_batch_takes_its_advisory_locks_before_any_row_lock() {
 
 /// Batches naming the same two counters in either order, single checks of
 /// one of them and refunds race on eight connections: none deadlocks (which
-/// PostgreSQL would end with an error), and the counters admit exactly
-/// their limit.
+/// PostgreSQL would end with an error), and neither counter admits past
+/// its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_in_either_order_and_single_checks_neither_deadlock_nor_over_admit() {
     use runlimit_core::Lifecycle;
