@@ -2,19 +2,25 @@
 //! rounds: the hello-world router called through `tower::ServiceExt::oneshot`
 //! bare, behind `RateLimitLayer` on the memory backend with its defaults, and
 //! behind tower_governor with its headers (and without, for what its headers
-//! cost), plus the application's prepared HMAC key derivation alone. Each round measures every target (the order
+//! cost), plus the application's prepared HMAC key derivation alone, and
+//! behind `RateLimitLayer` keyed on the unhashed peer (what the layer costs
+//! apart from the HMAC). Each round measures every target (the order
 //! reversed every other round) and reports
 //!
 //! - Runlimit's overhead: limited − bare;
 //! - what it may cost: (tower_governor with headers − bare) + one key
 //!   derivation, since Runlimit's keys are HMACs and tower_governor's the raw
 //!   address;
+//! - the layer keyed on the unhashed peer, over bare, against tower_governor
+//!   with headers over bare; and the HMAC key in place (limited − unhashed)
+//!   against the key derivation alone;
 //!
-//! and the median of both and of their ratio over the rounds.
+//! and the median of each over the rounds.
 //!
 //! Run with `cargo bench -p runlimit-axum --bench overhead` (`ROUNDS=N` for
 //! other than nine rounds). `PROFILE_TARGET=T` (0 bare, 1 Runlimit, 2 and 3
-//! tower_governor with and without headers, 4 the key) runs `PROFILE_CALLS`
+//! tower_governor with and without headers, 4 the key, 5 Runlimit with the
+//! unhashed key) runs `PROFILE_CALLS`
 //! requests (20 000 by default) of that target alone and no rounds, for
 //! `perf` or `valgrind --tool=callgrind`: the setup is the same whatever the
 //! target, so two profiles' difference is the targets'.
@@ -39,8 +45,9 @@ const TARGET_TIME: Duration = Duration::from_millis(400);
 /// ...in this many slices, taking turns with the others, so that a slow
 /// patch of this shared VM falls on every target alike.
 const SLICES: u32 = 40;
-/// Bare, limited, tower_governor with and without headers, the key alone.
-const TARGETS: usize = 5;
+/// Bare, limited, tower_governor with and without headers, the key alone,
+/// limited with the unhashed key.
+const TARGETS: usize = 6;
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -63,7 +70,13 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let [(_, bare), (_, limited), (_, headerless), (_, governor)] = routers();
+    let [
+        (_, bare),
+        (_, limited),
+        (_, headerless),
+        (_, governor),
+        (_, unhashed),
+    ] = routers();
     let (policy, hasher) = (policy(), prepared());
     // Target `target` called `calls` times (from port `first` on); seconds.
     let run = |target: usize, calls: u32, first: &mut u16| {
@@ -76,6 +89,7 @@ fn main() {
                 1 => serve(&runtime, &limited, port),
                 2 => serve(&runtime, &governor, port),
                 3 => serve(&runtime, &headerless, port),
+                5 => serve(&runtime, &unhashed, port),
                 _ => {
                     let mut subject = [0u8; 18];
                     subject[16..].copy_from_slice(&port.to_be_bytes());
@@ -112,6 +126,7 @@ fn main() {
         .collect();
     let (mut ours, mut allowed, mut ratios, mut headers) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut layer_ratios, mut keys_in_place) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let mut seconds = [0.0f64; TARGETS];
         for slice in 0..SLICES {
@@ -126,16 +141,23 @@ fn main() {
         let times: Vec<f64> = (0..TARGETS)
             .map(|target| seconds[target] * 1e9 / (f64::from(calls[target]) * f64::from(SLICES)))
             .collect();
-        let (bare, limited, governor, headerless, key) =
-            (times[0], times[1], times[2], times[3], times[4]);
+        let (bare, limited, governor, headerless, key, unhashed) =
+            (times[0], times[1], times[2], times[3], times[4], times[5]);
         let (overhead, budget) = (limited - bare, governor - bare + key);
         println!(
             "round {round}: bare {bare:.0} ns, limited {limited:.0} ns, tower_governor with headers \
              {governor:.0} ns (without {headerless:.0} ns), key {key:.0} ns: overhead \
-             {overhead:.0} ns against {:.0} + {key:.0} = {budget:.0} ns ({:.2}x)",
+             {overhead:.0} ns against {:.0} + {key:.0} = {budget:.0} ns ({:.2}x); unhashed key \
+             {unhashed:.0} ns: layer without the HMAC {:.0} ns ({:.2}x tower_governor with \
+             headers), the HMAC in place {:.0} ns",
             governor - bare,
-            overhead / budget
+            overhead / budget,
+            unhashed - bare,
+            (unhashed - bare) / (governor - bare),
+            limited - unhashed,
         );
+        layer_ratios.push((unhashed - bare) / (governor - bare));
+        keys_in_place.push(limited - unhashed);
         headers.push(governor - headerless);
         ours.push(overhead);
         allowed.push(budget);
@@ -143,10 +165,13 @@ fn main() {
     }
     println!(
         "median over {rounds} rounds: overhead {:.0} ns, tower_governor with headers' plus the key \
-         {:.0} ns, ratio {:.2}x (tower_governor's headers alone: {:.0} ns)",
+         {:.0} ns, ratio {:.2}x (tower_governor's headers alone: {:.0} ns); the layer without \
+         the HMAC {:.2}x tower_governor with headers; the HMAC in place {:.0} ns",
         median(&mut ours),
         median(&mut allowed),
         median(&mut ratios),
-        median(&mut headers)
+        median(&mut headers),
+        median(&mut layer_ratios),
+        median(&mut keys_in_place),
     );
 }

@@ -1,18 +1,16 @@
 //! What the layer tells downstream handlers about admitted requests.
 
-use std::sync::Arc;
-
 use smallvec::SmallVec;
 
 use runlimit_core::Decision;
 use runlimit_http::draft_11::PolicyName;
 
-use crate::layer::PolicyMeta;
+use crate::{kept::Kept, layer::PolicyMeta};
 
 /// One policy a request was admitted under.
 #[derive(Debug, Clone)]
 pub struct AppliedPolicy {
-    meta: Arc<PolicyMeta>,
+    meta: Kept<PolicyMeta>,
     decision: Decision,
     disclosed: bool,
 }
@@ -28,7 +26,7 @@ impl PartialEq for AppliedPolicy {
 impl Eq for AppliedPolicy {}
 
 impl AppliedPolicy {
-    pub(crate) fn new(meta: Arc<PolicyMeta>, decision: Decision, disclosed: bool) -> Self {
+    pub(crate) fn new(meta: Kept<PolicyMeta>, decision: Decision, disclosed: bool) -> Self {
         Self {
             meta,
             decision,

@@ -13,6 +13,7 @@ use crate::{
     extract::{KeyExtractor, MissingMetadata, SharedExtractor},
     failure::FailureMode,
     fields::ResponseFields,
+    kept::{Interner, Kept},
     rejection::DefaultRejection,
     service::RateLimitService,
 };
@@ -27,17 +28,43 @@ pub(crate) type Applies = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 pub(crate) type SharedCheck<L> = Arc<dyn Fn(&L, &<L as Limiter>::Policy) -> bool + Send + Sync>;
 
 /// A policy's name and advertisement, computed once per policy.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PolicyMeta {
     pub(crate) name: PolicyName,
     pub(crate) advertised: Option<QuotaPolicy>,
 }
 
+/// How many distinct fixed policies' metadata, and how many distinct
+/// `RateLimit-Policy` values, layers keep for the life of the process (see
+/// [`kept`](crate::kept)): tens of bytes per policy.
+const KEPT_CONSTANTS: usize = 1_024;
+
+static KEPT_METAS: Interner<PolicyMeta> = Interner::new(KEPT_CONSTANTS);
+static KEPT_POLICY_FIELDS: Interner<str> = Interner::new(KEPT_CONSTANTS);
+
 impl PolicyMeta {
-    pub(crate) fn of<P: Policy + Advertise>(policy: &P) -> Arc<Self> {
+    pub(crate) fn of<P: Policy + Advertise>(policy: &P) -> Self {
         let name = PolicyName::of(policy);
         let advertised = policy.quota_policy(name.clone()).ok();
-        Arc::new(Self { name, advertised })
+        Self { name, advertised }
+    }
+
+    /// The metadata of a fixed policy, kept once for every layer that has it.
+    fn fixed<P: Policy + Advertise>(policy: &P) -> Kept<Self> {
+        KEPT_METAS.keep(Box::new(Self::of(policy)))
+    }
+}
+
+/// `value`, kept for the life of the process when the bound allows, so that
+/// copying it into a response writes no shared reference count.
+fn kept_field_value(value: HeaderValue) -> HeaderValue {
+    match value
+        .to_str()
+        .map(|text| KEPT_POLICY_FIELDS.keep(text.into()))
+    {
+        // Visible ASCII, as `from_static` requires: `to_str` accepted it.
+        Ok(Kept::Static(text)) => HeaderValue::from_static(text),
+        Ok(Kept::Counted(_)) | Err(_) => value,
     }
 }
 
@@ -46,7 +73,7 @@ pub(crate) enum PolicySource<P> {
     /// One pre-validated policy, with its metadata computed once.
     Fixed {
         policy: Arc<P>,
-        meta: Arc<PolicyMeta>,
+        meta: Kept<PolicyMeta>,
     },
     /// Chosen per request, synchronously.
     Select(SyncSelector<P>),
@@ -59,7 +86,7 @@ impl<P> Clone for PolicySource<P> {
         match self {
             Self::Fixed { policy, meta } => Self::Fixed {
                 policy: Arc::clone(policy),
-                meta: Arc::clone(meta),
+                meta: meta.clone(),
             },
             Self::Select(select) => Self::Select(Arc::clone(select)),
             Self::SelectAsync(select) => Self::SelectAsync(Arc::clone(select)),
@@ -126,7 +153,7 @@ impl<L: Limiter, M> Config<L, M> {
             .collect();
         self.static_policy_field = advertised
             .and_then(|policies| policy_field(&policies).ok())
-            .map(|(_, value)| value);
+            .map(|(_, value)| kept_field_value(value));
     }
 
     fn push_rule(&mut self, rule: Rule<L::Policy>) {
@@ -215,6 +242,15 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// ready-made [`PeerIp`](crate::PeerIp) reads the TCP peer, never a header). It
 /// does not bound concurrency (use a semaphore or `tower::limit`), and it
 /// refunds quota only when told to with [`count_when`](Self::count_when).
+///
+/// # Memory kept for the process
+///
+/// The name and advertisement of each fixed policy, and a layer's
+/// precomputed `RateLimit-Policy` value, are kept for the life of the process
+/// and shared by every layer built with the same ones, so that admitted
+/// requests copy them without writing a shared reference count. At most
+/// 1,024 distinct ones of each are kept (tens of bytes per policy); layers
+/// built after that keep reference-counted copies, which behave the same.
 ///
 /// # Examples
 ///
@@ -316,7 +352,7 @@ where
     ) -> Self {
         let policy = policy.into();
         extractor.prepare(&policy);
-        let meta = PolicyMeta::of(&*policy);
+        let meta = PolicyMeta::fixed(&*policy);
         self.config_mut().push_rule(Rule {
             source: PolicySource::Fixed { policy, meta },
             extractor: Arc::new(extractor),

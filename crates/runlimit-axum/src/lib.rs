@@ -63,6 +63,7 @@ mod fields;
 mod future;
 #[cfg(feature = "tonic")]
 pub mod grpc;
+mod kept;
 mod layer;
 mod rejection;
 mod service;

@@ -21,6 +21,7 @@ use crate::{
     extract::MissingMetadata,
     fields::{Fields, fields_for, prepend},
     future::ResponseFuture,
+    kept::Kept,
     layer::{Config, PolicyMeta, PolicySource, ProcessLocalStorage, Rule},
     rejection::{Rejection, RejectionMapper},
 };
@@ -239,7 +240,7 @@ where
 struct SingleFixed<'a, P> {
     rule: &'a Rule<P>,
     policy: &'a P,
-    meta: &'a Arc<PolicyMeta>,
+    meta: &'a Kept<PolicyMeta>,
 }
 
 fn single_fixed<L: Limiter, M>(config: &Config<L, M>) -> Option<SingleFixed<'_, L::Policy>> {
@@ -330,7 +331,7 @@ impl<P: Policy + 'static> SingleFixed<'_, P> {
             .extensions
             .get_or_insert_with(RateLimitContext::default)
             .push(AppliedPolicy::new(
-                Arc::clone(meta),
+                Kept::clone(meta),
                 decision,
                 rule.disclosed,
             ));
@@ -415,7 +416,7 @@ impl<P> std::ops::Deref for PolicyRef<'_, P> {
 }
 
 enum MetaRef<'a> {
-    Fixed(&'a Arc<PolicyMeta>),
+    Fixed(&'a Kept<PolicyMeta>),
     Selected(Arc<PolicyMeta>),
 }
 
@@ -427,10 +428,10 @@ impl MetaRef<'_> {
         }
     }
 
-    fn to_arc(&self) -> Arc<PolicyMeta> {
+    fn to_kept(&self) -> Kept<PolicyMeta> {
         match self {
-            Self::Fixed(meta) => Arc::clone(meta),
-            Self::Selected(meta) => Arc::clone(meta),
+            Self::Fixed(meta) => Kept::clone(meta),
+            Self::Selected(meta) => Kept::Counted(Arc::clone(meta)),
         }
     }
 }
@@ -570,7 +571,7 @@ where
         for (policy, decision) in resolved.iter().zip(&decisions) {
             if let Some(decision) = decision {
                 applied.push(AppliedPolicy::new(
-                    policy.meta.to_arc(),
+                    policy.meta.to_kept(),
                     *decision,
                     policy.disclosed,
                 ));
@@ -673,7 +674,7 @@ where
 fn selected<'a, P: runlimit_core::Policy + Advertise>(
     policy: Arc<P>,
 ) -> (PolicyRef<'a, P>, MetaRef<'a>) {
-    let meta = PolicyMeta::of(&*policy);
+    let meta = Arc::new(PolicyMeta::of(&*policy));
     (PolicyRef::Selected(policy), MetaRef::Selected(meta))
 }
 

@@ -854,3 +854,44 @@ async fn memory_backends_derive_each_key_once() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(extractions.load(Ordering::SeqCst), 2);
 }
+
+/// Layers keep their fixed policies' names and `RateLimit-Policy` values for
+/// the life of the process, up to a bound; layers built past it keep counted
+/// copies. Both kinds must report exactly what their policies say.
+#[tokio::test]
+async fn layers_built_past_the_kept_bound_report_the_same() {
+    // More distinct policies than the layers keep (1,024): the first layer's
+    // are kept, the last one's counted.
+    let last = 1_099;
+    let layers: Vec<_> = (0..=last)
+        .map(|index| {
+            RateLimitLayer::from_shared(store())
+                .check(policy(&format!("s{index}"), 5), identity_key(hasher()))
+        })
+        .collect();
+    let mut reported = Vec::new();
+    for index in [0, last] {
+        let seen = Arc::new(Mutex::new(None));
+        let service =
+            layers[index].layer(handler(Arc::new(AtomicUsize::new(0)), Arc::clone(&seen)));
+        let response = service.oneshot(request("net-k", "kim")).await.expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+        let context = seen.lock().expect("lock").clone().expect("context");
+        let name = context.policies()[0].name().as_str().to_owned();
+        assert!(name.contains(&format!("s{index}")), "{name}");
+        reported.push([
+            values(response.headers(), "ratelimit-policy"),
+            values(response.headers(), "ratelimit"),
+            vec![name],
+        ]);
+    }
+    // The last layer reports what the first does, under its own scope.
+    assert_eq!(reported[0][0].len(), 1);
+    for (first, last_values) in reported[0].iter().zip(&reported[1]) {
+        let renamed: Vec<String> = first
+            .iter()
+            .map(|value| value.replace("s0", &format!("s{last}")))
+            .collect();
+        assert_eq!(&renamed, last_values);
+    }
+}

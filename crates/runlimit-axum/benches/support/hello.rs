@@ -7,9 +7,10 @@ use std::{
 };
 
 use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
-use runlimit_axum::RateLimitLayer;
+use http::request::Parts;
+use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_core::{
-    FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, PreparedKeyHasher, ScopeId,
+    FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, PreparedKeyHasher, ScopeId, SubjectKey,
 };
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 
@@ -48,19 +49,43 @@ pub(crate) fn prepared() -> PreparedKeyHasher {
         .prepared_for(&policy())
 }
 
-/// The hello-world router bare, behind `RateLimitLayer` on the memory
-/// backend with its defaults (one check keyed on the peer, draft fields,
-/// context), and behind tower_governor without and with its headers. Each
-/// is finalized once, as `axum::serve` does.
-pub(crate) fn routers() -> [(&'static str, Router); 4] {
-    let limiter = MemoryStore::new(
+/// A key that is the peer's address and port themselves, unhashed: not for
+/// applications (stored keys must be unpredictable), but for measuring what
+/// the layer costs apart from the HMAC, and what the HMAC costs in place.
+fn unhashed_peer_key(parts: &Parts, _: &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> {
+    let ConnectInfo(peer) = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .ok_or(MissingMetadata::new("peer"))?;
+    let mut digest = [0u8; 32];
+    match peer.ip() {
+        IpAddr::V4(ip) => digest[12..16].copy_from_slice(&ip.octets()),
+        IpAddr::V6(ip) => digest[..16].copy_from_slice(&ip.octets()),
+    }
+    digest[16..18].copy_from_slice(&peer.port().to_be_bytes());
+    Ok(SubjectKey::from_digest(digest))
+}
+
+fn limiter() -> MemoryStore {
+    MemoryStore::new(
         MemoryStoreConfig::new(100_000)
             .expect("valid")
             .with_shard_count(16)
             .expect("valid"),
-    );
+    )
+}
+
+/// The hello-world router bare, behind `RateLimitLayer` on the memory
+/// backend with its defaults (one check keyed on the peer, draft fields,
+/// context), behind tower_governor without and with its headers, and behind
+/// `RateLimitLayer` keyed on the unhashed peer. Each is finalized once, as
+/// `axum::serve` does.
+pub(crate) fn routers() -> [(&'static str, Router); 5] {
     let limited = hello()
-        .layer(RateLimitLayer::new(limiter).check(policy(), peer_key(prepared())))
+        .layer(RateLimitLayer::new(limiter()).check(policy(), peer_key(prepared())))
+        .with_state(());
+    let unhashed = hello()
+        .layer(RateLimitLayer::new(limiter()).check(policy(), unhashed_peer_key))
         .with_state(());
     [
         ("bare", hello().with_state(())),
@@ -70,5 +95,6 @@ pub(crate) fn routers() -> [(&'static str, Router); 4] {
             "tower_governor_headers",
             governed(hello(), true).with_state(()),
         ),
+        ("limited_unhashed_key", unhashed),
     ]
 }
