@@ -14,7 +14,8 @@ use std::{
 };
 
 use runlimit_core::{
-    Check, Denial, FixedWindowPolicy, GcraPolicy, Limiter, PolicyId, ScopeId, SlidingWindowPolicy,
+    Check, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy,
 };
 use runlimit_postgres::{CheckError, MIGRATOR, PostgresConfig, PostgresLimiter};
 use sqlx::Executor;
@@ -1020,4 +1021,113 @@ async fn peeks_store_nothing_and_resets_delete_the_row() {
         "a reset deletes the row and frees its slot"
     );
     assert!(!fixed.reset(&window, &key(20, 1)).await.expect("reset"));
+}
+
+/// `with_relaxed_durability(true)` must reach every statement that writes a
+/// counter (single checks on new and stored keys, batches updated in place and
+/// batches the function decides, refunds, on every algorithm), and nothing may
+/// relax durability unasked. The setting is transaction-local and gone once
+/// the statement commits, so a trigger records it at every write of a counter
+/// row.
+#[tokio::test]
+async fn relaxed_durability_reaches_every_write_and_only_when_asked() {
+    let Some(schema) = common::schema("durability").await else {
+        return;
+    };
+    let pool = schema.migrated_pool(2).await;
+    let name = &schema.name;
+    let mut setup = format!(
+        "CREATE TABLE durability_seen (setting text NOT NULL);
+         CREATE FUNCTION record_durability() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO {name}.durability_seen
+                 VALUES (pg_catalog.current_setting('synchronous_commit'));
+             RETURN NULL;
+         END $$;"
+    );
+    for table in [
+        "runlimit_fixed_windows",
+        "runlimit_gcra",
+        "runlimit_sliding_windows",
+    ] {
+        setup.push_str(&format!(
+            "CREATE TRIGGER record_durability AFTER INSERT OR UPDATE ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION {name}.record_durability();"
+        ));
+    }
+    schema.execute(&setup).await;
+    let window = Duration::from_secs(3_600);
+    let fixed = policy("durable", 10, window);
+    let gcra = GcraPolicy::new(
+        PolicyId::new("durable").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        10,
+        window,
+        10,
+    )
+    .expect("valid");
+    let sliding = SlidingWindowPolicy::new(
+        PolicyId::new("durable").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        10,
+        window,
+    )
+    .expect("valid");
+    for (relaxed, expected, shard) in [(false, "on", 90), (true, "off", 91)] {
+        let config = || fast_config().with_relaxed_durability(relaxed);
+        let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), config());
+        let (first, second, refunded) = (key(shard, 1), key(shard, 2), key(shard, 3));
+        // A new key, then a stored one.
+        for _ in 0..2 {
+            assert!(
+                limiter
+                    .check(&Check::new(&fixed, first))
+                    .await
+                    .expect("check")
+                    .is_allowed()
+            );
+        }
+        // A batch naming a new key (decided by the function), then the same
+        // batch on stored keys (updated in place).
+        for _ in 0..2 {
+            let batch = [Check::new(&fixed, first), Check::new(&fixed, second)];
+            let decided = limiter.check_all(&batch).await.expect("batch");
+            assert!(matches!(decided, runlimit_core::BatchDecision::Allowed(_)));
+        }
+        let check = Check::new(&fixed, refunded);
+        let (_, receipt) = limiter.admit(&check).await.expect("admit").into_parts();
+        let refund = limiter
+            .refund(&[check], receipt.expect("admitted with a receipt"))
+            .await
+            .expect("refund");
+        assert_eq!(refund.credited(), 1);
+        let gcra_limiter = PostgresLimiter::<GcraPolicy>::new(pool.clone(), config());
+        let sliding_limiter = PostgresLimiter::<SlidingWindowPolicy>::new(pool.clone(), config());
+        for _ in 0..2 {
+            let check = Check::new(&gcra, first);
+            assert!(gcra_limiter.check(&check).await.expect("gcra").is_allowed());
+            let check = Check::new(&sliding, first);
+            assert!(
+                sliding_limiter
+                    .check(&check)
+                    .await
+                    .expect("sliding")
+                    .is_allowed()
+            );
+        }
+        let seen: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT setting, count(*) FROM {name}.durability_seen GROUP BY setting"
+        ))
+        .fetch_all(schema.admin())
+        .await
+        .expect("seen");
+        // Every write above recorded: two single checks, three rows of the
+        // batches (the first inserts one row, then both rows are updated),
+        // at least the admission and its refund, and four of the others.
+        assert!(
+            matches!(&seen[..], [(setting, count)] if setting == expected && *count >= 11),
+            "relaxed {relaxed}: {seen:?}"
+        );
+        schema.execute("TRUNCATE durability_seen").await;
+    }
 }
