@@ -7,14 +7,16 @@ use std::{
 };
 
 use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
-use http::request::Parts;
-use runlimit_axum::{MissingMetadata, RateLimitLayer};
+use runlimit_axum::RateLimitLayer;
 use runlimit_core::{
-    FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, PreparedKeyHasher, ScopeId, SubjectKey,
+    FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, PreparedKeyHasher, ScopeId,
 };
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 
-use crate::{governed::governed, peer_key::peer_key};
+use crate::{
+    governed::governed,
+    peer_key::{peer_key, unhashed_peer_key},
+};
 
 pub(crate) fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, World!" }))
@@ -47,23 +49,6 @@ pub(crate) fn prepared() -> PreparedKeyHasher {
     KeyHasher::new(b"benchmark secret of at least 32 bytes")
         .expect("valid")
         .prepared_for(&policy())
-}
-
-/// A key that is the peer's address and port themselves, unhashed: not for
-/// applications (stored keys must be unpredictable), but for measuring what
-/// the layer costs apart from the HMAC, and what the HMAC costs in place.
-fn unhashed_peer_key(parts: &Parts, _: &FixedWindowPolicy) -> Result<SubjectKey, MissingMetadata> {
-    let ConnectInfo(peer) = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .ok_or(MissingMetadata::new("peer"))?;
-    let mut digest = [0u8; 32];
-    match peer.ip() {
-        IpAddr::V4(ip) => digest[12..16].copy_from_slice(&ip.octets()),
-        IpAddr::V6(ip) => digest[..16].copy_from_slice(&ip.octets()),
-    }
-    digest[16..18].copy_from_slice(&peer.port().to_be_bytes());
-    Ok(SubjectKey::from_digest(digest))
 }
 
 fn limiter() -> MemoryStore {

@@ -1,5 +1,6 @@
-//! The key extractor the benchmarks use: the TCP peer, as a directly reached
-//! service would key its clients.
+//! The key extractors the benchmarks use: the TCP peer, as a directly reached
+//! service would key its clients, and the same peer unhashed, to measure the
+//! layer apart from the HMAC.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -27,4 +28,24 @@ pub(crate) fn peer_key(
         subject[16..].copy_from_slice(&peer.port().to_be_bytes());
         Ok(hasher.hash_for(policy, &subject))
     }
+}
+
+/// A key that is the peer's address and port themselves, unhashed: not for
+/// applications (stored keys must be unpredictable), but for measuring what
+/// the layer costs apart from the HMAC, and what the HMAC costs in place.
+pub(crate) fn unhashed_peer_key(
+    parts: &Parts,
+    _: &FixedWindowPolicy,
+) -> Result<SubjectKey, MissingMetadata> {
+    let ConnectInfo(peer) = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .ok_or(MissingMetadata::new("peer"))?;
+    let mut digest = [0u8; 32];
+    match peer.ip() {
+        IpAddr::V4(ip) => digest[12..16].copy_from_slice(&ip.octets()),
+        IpAddr::V6(ip) => digest[..16].copy_from_slice(&ip.octets()),
+    }
+    digest[16..18].copy_from_slice(&peer.port().to_be_bytes());
+    Ok(SubjectKey::from_digest(digest))
 }
