@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::{
     decision::{Decision, Denial},
+    divisor::Divisor,
     policy::GcraPolicy,
 };
 
@@ -143,7 +144,7 @@ pub struct GcraExact<const UNITS_PER_MILLI: u64> {
     pub increment: Exact<UNITS_PER_MILLI>,
     /// The burst tolerance: how far ahead of now the arrival time may run.
     pub tolerance: Exact<UNITS_PER_MILLI>,
-    period_units: u64,
+    period_units: Divisor,
     burst_capacity: u64,
 }
 
@@ -164,8 +165,9 @@ impl GcraNanos {
             quota,
             increment: policy.emission_interval_nanos().times(cost, quota),
             tolerance: policy.burst_tolerance_nanos(),
-            // Policies bound periods to MAX_WINDOW, far below u64::MAX / 1e6.
-            period_units: policy.period_millis() * 1_000_000,
+            // Precomputed by the policy: the division an allowed check needs
+            // is a multiplication (see `Divisor`).
+            period_units: policy.period_nanos(),
             burst_capacity: policy.burst_capacity(),
         }
     }
@@ -181,7 +183,7 @@ impl GcraMicros {
             quota,
             increment: Exact::ratio(cost, period_units, quota),
             tolerance: Exact::ratio(policy.burst_capacity(), period_units, quota),
-            period_units,
+            period_units: Divisor::new(period_units),
             burst_capacity: policy.burst_capacity(),
         }
     }
@@ -205,18 +207,18 @@ impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
         }
         // Units still available: floor((tolerance - ahead) / (period / quota)).
         let slack = self.tolerance.saturating_sub(ahead, self.quota);
-        let period = self.period_units.max(1);
+        let period = self.period_units;
         let remaining = match slack
             .whole
             .checked_mul(self.quota)
             .and_then(|scaled| scaled.checked_add(slack.remainder))
         {
-            Some(scaled) => scaled / period,
+            Some(scaled) => period.divide(scaled),
             // Large tolerances (a million a day, say) overflow 64 bits; the
             // quotient is at most the burst capacity all the same.
             None => small_quotient(
                 u128::from(slack.whole) * u128::from(self.quota) + u128::from(slack.remainder),
-                period,
+                period.get(),
             ),
         };
         Ok((remaining.min(self.burst_capacity), ahead.ceil_millis()))

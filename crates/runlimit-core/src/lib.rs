@@ -47,6 +47,7 @@ mod backend;
 mod batch;
 mod check;
 mod decision;
+mod divisor;
 pub mod gcra;
 mod id;
 pub mod key;

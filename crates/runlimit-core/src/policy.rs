@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     decision::{Decision, Denial},
+    divisor::Divisor,
     id::{PolicyId, ScopeId},
 };
 
@@ -500,6 +501,9 @@ pub struct GcraPolicy {
     full_replenishment: Duration,
     emission_interval: ExactNanos,
     burst_tolerance: ExactNanos,
+    /// The period in nanoseconds, which the units an allowed check leaves
+    /// are divided by.
+    period_nanos: Divisor,
     quota_mode: QuotaMode,
     fingerprint: PolicyFingerprint,
 }
@@ -554,6 +558,7 @@ impl GcraPolicy {
             full_replenishment,
             emission_interval: ExactNanos::ratio(1, period_nanos, quota),
             burst_tolerance: ExactNanos::ratio(burst_capacity, period_nanos, quota),
+            period_nanos: Divisor::new(period_nanos),
             quota_mode: QuotaMode::Enforce,
             fingerprint,
         })
@@ -627,6 +632,12 @@ impl GcraPolicy {
     #[must_use]
     pub fn burst_tolerance_nanos(&self) -> ExactNanos {
         self.burst_tolerance
+    }
+
+    /// The period in nanoseconds, ready to divide by.
+    #[inline]
+    pub(crate) fn period_nanos(&self) -> Divisor {
+        self.period_nanos
     }
 }
 
