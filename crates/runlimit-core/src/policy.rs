@@ -547,6 +547,7 @@ impl GcraPolicy {
             &scope,
             &[quota, period_ms, burst_capacity],
         );
+        // Periods are bounded by MAX_WINDOW, far below u64::MAX / 1e6.
         let period_nanos = period_ms * 1_000_000;
         Ok(Self {
             id,
