@@ -26,17 +26,18 @@ pin_project! {
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
+        // The fields the inner service's response gets (`Called` only).
+        fields: Fields,
     }
 }
 
 pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        /// Admitted: the inner service's response gets `fields`.
+        /// Admitted: the inner service's response gets the future's fields.
         Called {
             #[pin]
             future: F,
-            fields: Fields,
         },
         /// Admission under way.
         Admitting { future: Boxed<Response<B>, E> },
@@ -49,7 +50,8 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     /// The inner service's `future`, whose response gets `fields`.
     pub(crate) fn called(future: F, fields: Fields) -> Self {
         Self {
-            state: State::Called { future, fields },
+            state: State::Called { future },
+            fields,
         }
     }
 
@@ -57,6 +59,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     pub(crate) fn admitting(future: Boxed<Response<B>, E>) -> Self {
         Self {
             state: State::Admitting { future },
+            fields: Fields::new(),
         }
     }
 
@@ -66,6 +69,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
             state: State::Answered {
                 response: Some(response),
             },
+            fields: Fields::new(),
         }
     }
 }
@@ -77,10 +81,11 @@ where
     type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProjection::Called { future, fields } => {
+        let this = self.project();
+        match this.state.project() {
+            StateProjection::Called { future } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                prepend(response.headers_mut(), std::mem::take(fields));
+                prepend(response.headers_mut(), std::mem::take(this.fields));
                 Poll::Ready(Ok(response))
             }
             StateProjection::Admitting { future } => future.as_mut().poll(cx),
