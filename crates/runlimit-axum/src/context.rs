@@ -1,9 +1,9 @@
 //! What the layer tells downstream handlers about admitted requests.
 
-use smallvec::SmallVec;
-
+use http::Extensions;
 use runlimit_core::Decision;
 use runlimit_http::draft_11::PolicyName;
+use smallvec::SmallVec;
 
 use crate::{kept::Kept, layer::PolicyMeta};
 
@@ -94,11 +94,20 @@ impl RateLimitContext {
             .any(|policy| policy.decision.is_shadow_denied())
     }
 
-    pub(crate) fn push(&mut self, applied: AppliedPolicy) {
-        self.policies.push(applied);
-    }
-
-    pub(crate) fn extend(&mut self, applied: impl IntoIterator<Item = AppliedPolicy>) {
-        self.policies.extend(applied);
+    /// Records `applied` in a request's `extensions`, after what outer
+    /// layers recorded (nested layers append).
+    ///
+    /// The first layer's record is one insertion, the code every request's
+    /// own extensions already run (not the entry API's), so the layer adds
+    /// less code per request; nested layers merge with the outer record.
+    pub(crate) fn record(extensions: &mut Extensions, applied: SmallVec<[AppliedPolicy; 2]>) {
+        let Some(mut outer) = extensions.insert(Self { policies: applied }) else {
+            return;
+        };
+        let ours = extensions
+            .remove::<Self>()
+            .expect("this layer's record was just inserted");
+        outer.policies.extend(ours.policies);
+        extensions.insert(outer);
     }
 }

@@ -9,7 +9,9 @@ use http::{
 };
 use runlimit_core::Decision;
 use runlimit_http::{
-    draft_11::{QuotaPolicy, RATELIMIT, RATELIMIT_POLICY, policy_field, status_field_for},
+    draft_11::{
+        QuotaPolicy, RATELIMIT, RATELIMIT_POLICY, policy_field, status_field_for, status_value,
+    },
     legacy::{LegacyFields, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET},
 };
 use smallvec::SmallVec;
@@ -112,9 +114,14 @@ pub(crate) fn fields_for(
             }
         };
         if fields.policy.is_some() {
-            fields.status =
-                status_field_for(listed().map(|(meta, decision)| (&meta.name, *decision)))
-                    .map(|(_, value)| value);
+            fields.status = match reported {
+                // One check, the common layer: the shorter path.
+                [(meta, decision)] => listed()
+                    .next()
+                    .and_then(|_| status_value(&meta.name, decision)),
+                _ => status_field_for(listed().map(|(meta, decision)| (&meta.name, *decision)))
+                    .map(|(_, value)| value),
+            };
         }
     }
     if format.legacy()
@@ -168,13 +175,15 @@ pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
 
 /// Puts `value` first among the values of the list field `name`.
 fn prepend_member(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
-    // One lookup in the common case, where no inner layer added the field.
-    let mut entry = match headers.entry(name) {
-        Entry::Vacant(vacant) => {
-            vacant.insert(value);
-            return;
-        }
-        Entry::Occupied(occupied) => occupied,
+    // In the common case, where no inner layer added the field, an insertion:
+    // the code every response's own fields already run (not the entry API's),
+    // so the layer adds less code per response.
+    if !headers.contains_key(&name) {
+        headers.insert(name, value);
+        return;
+    }
+    let Entry::Occupied(mut entry) = headers.entry(name) else {
+        unreachable!("the field is present")
     };
     let existing: SmallVec<[HeaderValue; 2]> = entry.iter().cloned().collect();
     entry.insert(value);

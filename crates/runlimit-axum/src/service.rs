@@ -326,15 +326,14 @@ impl<P: Policy + 'static> SingleFixed<'_, P> {
         } else {
             Fields::new()
         };
-        // Outer layers' context stays first: nested layers append.
-        parts
-            .extensions
-            .get_or_insert_with(RateLimitContext::default)
-            .push(AppliedPolicy::new(
+        RateLimitContext::record(
+            &mut parts.extensions,
+            smallvec::smallvec![AppliedPolicy::new(
                 Kept::clone(meta),
                 decision,
-                rule.disclosed,
-            ));
+                rule.disclosed
+            )],
+        );
         Ok(fields)
     }
 }
@@ -590,11 +589,7 @@ where
         drop(reported);
         drop(decisions);
         drop(checks);
-        // Outer layers' context stays first: nested layers append.
-        parts
-            .extensions
-            .get_or_insert_with(RateLimitContext::default)
-            .extend(applied);
+        RateLimitContext::record(&mut parts.extensions, applied);
 
         let mut response = inner.call(Request::from_parts(parts, body)).await?;
         if let Some(charge) = &config.charge

@@ -252,6 +252,13 @@ fn fast_and_general(names: &[PolicyName], decisions: &[Decision]) -> (HeaderName
     let fast =
         runlimit_http::draft_11::status_field_for(names.iter().zip(decisions)).expect("some");
     assert_eq!(fast, general);
+    // One policy at a time, the one-policy path agrees with both.
+    for (name, decision) in names.iter().zip(decisions) {
+        assert_eq!(
+            runlimit_http::draft_11::status_value(name, decision),
+            runlimit_http::draft_11::status_field_for([(name, decision)]).map(|(_, value)| value),
+        );
+    }
     fast
 }
 
