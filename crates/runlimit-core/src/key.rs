@@ -28,6 +28,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::{
+    hmac_midstate::{Midstate, Pads},
     id::{PolicyId, ScopeId},
     policy::{Policy, PolicyFingerprint},
 };
@@ -85,6 +86,8 @@ pub struct KeyHasher {
     // With the `zeroize` features of `hmac` and `sha2`, dropping this wipes both
     // SHA-256 chaining states and the block buffer.
     mac: Hmac<Sha256>,
+    /// The same two chaining states, for prepared hashers (wiped on drop too).
+    pads: Pads,
 }
 
 impl KeyHasher {
@@ -111,7 +114,10 @@ impl KeyHasher {
                 minimum: MIN_SECRET_LEN,
             }
         })?;
-        Ok(Self { mac })
+        Ok(Self {
+            mac,
+            pads: Pads::new(secret),
+        })
     }
 
     /// Derives the subject key for `subject` under `policy`'s id and scope.
@@ -131,10 +137,14 @@ impl KeyHasher {
     ///
     /// The returned hasher produces exactly the keys [`hash_for`](Self::hash_for)
     /// produces, for every policy. For the policy it was prepared for it starts
-    /// from a copy of the HMAC state that has already absorbed the framing, so it
-    /// skips the SHA-256 compressions the framing fills on its own: one of the
-    /// usual three once the id and scope together reach 17 characters, and from
-    /// 10 characters for subjects shorter than 256 bytes.
+    /// from the SHA-256 state that has already absorbed the framing, so it
+    /// skips the compressions the framing fills on its own (one of the usual
+    /// three once the id and scope together reach 17 characters, and from 10
+    /// characters for subjects shorter than 256 bytes), and it finishes the
+    /// HMAC with the SHA-256 compression function directly, for subjects that
+    /// fit the last two blocks: at least 55 bytes, and up to 118 depending on
+    /// the id and scope. Longer subjects take [`hash_for`](Self::hash_for)'s
+    /// path.
     ///
     /// # Examples
     ///
@@ -158,16 +168,17 @@ impl KeyHasher {
     /// ```
     #[must_use]
     pub fn prepared_for<P: Policy + ?Sized>(&self, policy: &P) -> PreparedKeyHasher {
-        let mut framed = self.mac.clone();
-        let framing_len = absorb_framing(&mut framed, policy);
+        let framing = framing(policy);
+        let framed = self.pads.absorb(&framing);
         // The subject's length prefix starts with zero bytes for any subject of
         // realistic size. When the framing ends a few bytes short of a SHA-256
         // block, absorbing those zeros now completes the block ahead of time.
-        let short_of_block = (BLOCK_LEN - framing_len % BLOCK_LEN) % BLOCK_LEN;
+        let short_of_block = (BLOCK_LEN - framing.len() % BLOCK_LEN) % BLOCK_LEN;
         let block_aligned = (1..LENGTH_PREFIX_LEN).contains(&short_of_block).then(|| {
-            let mut aligned = framed.clone();
-            aligned.update(&[0; LENGTH_PREFIX_LEN][..short_of_block]);
-            (aligned, short_of_block)
+            (
+                framed.absorb(&[0; LENGTH_PREFIX_LEN][..short_of_block]),
+                short_of_block,
+            )
         });
         PreparedKeyHasher {
             hasher: self.clone(),
@@ -187,19 +198,31 @@ fn length_prefix(bytes: &[u8]) -> [u8; LENGTH_PREFIX_LEN] {
     (bytes.len() as u64).to_be_bytes()
 }
 
-/// Absorbs `lp(domain) ‖ lp(policy id) ‖ lp(scope id)` and returns its length.
-fn absorb_framing<P: Policy + ?Sized>(mac: &mut Hmac<Sha256>, policy: &P) -> usize {
-    let mut absorbed = 0;
-    for field in [
+/// The fields that frame every subject under `policy`'s id and scope.
+fn framing_fields<P: Policy + ?Sized>(policy: &P) -> [&[u8]; 3] {
+    [
         SUBJECT_KEY_DOMAIN,
         policy.id().as_str().as_bytes(),
         policy.scope().as_str().as_bytes(),
-    ] {
+    ]
+}
+
+/// Absorbs `lp(domain) ‖ lp(policy id) ‖ lp(scope id)`.
+fn absorb_framing<P: Policy + ?Sized>(mac: &mut Hmac<Sha256>, policy: &P) {
+    for field in framing_fields(policy) {
         mac.update(&length_prefix(field));
         mac.update(field);
-        absorbed += LENGTH_PREFIX_LEN + field.len();
     }
-    absorbed
+}
+
+/// `lp(domain) ‖ lp(policy id) ‖ lp(scope id)`.
+fn framing<P: Policy + ?Sized>(policy: &P) -> Vec<u8> {
+    let mut framing = Vec::new();
+    for field in framing_fields(policy) {
+        framing.extend_from_slice(&length_prefix(field));
+        framing.extend_from_slice(field);
+    }
+    framing
 }
 
 /// Absorbs what remains of the subject's length prefix and the subject itself.
@@ -212,7 +235,8 @@ fn finish(mut mac: Hmac<Sha256>, length_rest: &[u8], subject: &[u8]) -> SubjectK
 /// A [`KeyHasher`] prepared for one policy by [`KeyHasher::prepared_for`].
 ///
 /// It derives the same keys as the hasher it came from, for every policy, and
-/// derives them faster for the policy it was prepared for. Like [`KeyHasher`],
+/// derives them faster for the policy it was prepared for (for subjects up to
+/// 55 bytes at least; see [`KeyHasher::prepared_for`]). Like [`KeyHasher`],
 /// it is secret material: `Debug` shows only the policy's id and scope, and its
 /// HMAC states are wiped when it is dropped.
 #[derive(Clone)]
@@ -221,12 +245,12 @@ pub struct PreparedKeyHasher {
     hasher: KeyHasher,
     id: PolicyId,
     scope: ScopeId,
-    /// The HMAC state after the prepared policy's framing.
-    framed: Hmac<Sha256>,
+    /// The inner hash after the prepared policy's framing.
+    framed: Midstate,
     /// `framed` plus the first `n` bytes of the subject's length prefix, all zero,
     /// when they complete a block: usable for subjects shorter than 2^(8·(8 − n))
     /// bytes.
-    block_aligned: Option<(Hmac<Sha256>, usize)>,
+    block_aligned: Option<(Midstate, usize)>,
 }
 
 impl PreparedKeyHasher {
@@ -238,12 +262,15 @@ impl PreparedKeyHasher {
             return self.hasher.hash_for(policy, subject);
         }
         let length = length_prefix(subject);
-        match &self.block_aligned {
+        let finished = match &self.block_aligned {
             Some((aligned, zeros)) if length[..*zeros].iter().all(|&byte| byte == 0) => {
-                finish(aligned.clone(), &length[*zeros..], subject)
+                aligned.finish(&length[*zeros..], subject)
             }
-            _ => finish(self.framed.clone(), &length, subject),
-        }
+            _ => self.framed.finish(&length, subject),
+        };
+        // Subjects too long to finish in two blocks (at least 55 bytes fit,
+        // depending on the framing) take the general derivation.
+        finished.map_or_else(|| self.hasher.hash_for(policy, subject), SubjectKey)
     }
 }
 

@@ -49,6 +49,7 @@ mod check;
 mod decision;
 mod divisor;
 pub mod gcra;
+mod hmac_midstate;
 mod id;
 pub mod key;
 mod lifecycle;
