@@ -60,7 +60,9 @@ impl Pads {
                 *padded = key ^ byte;
             }
             let mut state = Zeroizing::new(INITIAL_STATE);
-            compress256(&mut state, &[*block]);
+            // Borrowed, not copied: a copy of the padded key would outlive
+            // the wiped block on the stack.
+            compress256(&mut state, std::slice::from_ref(&*block));
             state
         };
         Self {
@@ -147,7 +149,7 @@ impl Midstate {
         block[32] = 0x80;
         block[BLOCK_LEN - 8..].copy_from_slice(&((BLOCK_LEN as u64 + 32) * 8).to_be_bytes());
         let mut outer = self.outer.clone();
-        compress256(&mut outer, &[*block]);
+        compress256(&mut outer, std::slice::from_ref(&*block));
         let mut digest = [0u8; 32];
         write_digest(&outer, &mut digest);
         Some(digest)
