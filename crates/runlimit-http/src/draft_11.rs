@@ -387,39 +387,25 @@ pub fn status_field_for<'a>(
     // no copy, and no second allocation (a `Vec` whose capacity exceeds its
     // length would cost `Bytes` a shared header). Written with `Vec` appends,
     // which copy only what is appended.
-    let mut members: SmallVec<[(&str, u64, u64); 2]> = SmallVec::new();
+    let mut members: SmallVec<[(&PolicyName, u64, u64); 2]> = SmallVec::new();
     let mut length = 0;
     for (name, decision) in decisions {
-        let Some((remaining, reset)) = quota_state(decision) else {
+        let Some((remaining, reset)) = member_of(decision) else {
             continue;
         };
-        let reset = ceil_seconds(reset);
-        if remaining > MAX_INTEGER || reset > MAX_INTEGER {
-            continue;
-        }
         let separator = if members.is_empty() { 0 } else { ", ".len() };
-        length += separator
-            + name.serialized.len()
-            + ";r=".len()
-            + decimal_digits(remaining)
-            + ";t=".len()
-            + decimal_digits(reset);
-        members.push((name.serialized.as_str(), remaining, reset));
+        length += separator + member_len(name, remaining, reset);
+        members.push((name, remaining, reset));
     }
     if members.is_empty() {
         return None;
     }
     let mut text = Vec::with_capacity(length);
-    let mut integers = itoa::Buffer::new();
     for (name, remaining, reset) in members {
         if !text.is_empty() {
             text.extend_from_slice(b", ");
         }
-        text.extend_from_slice(name.as_bytes());
-        text.extend_from_slice(b";r=");
-        text.extend_from_slice(integers.format(remaining).as_bytes());
-        text.extend_from_slice(b";t=");
-        text.extend_from_slice(integers.format(reset).as_bytes());
+        write_member(&mut text, name, remaining, reset);
     }
     debug_assert_eq!(text.len(), length, "the length was counted exactly");
     // Printable ASCII by construction.
@@ -446,26 +432,40 @@ pub fn status_field_for<'a>(
 /// ```
 #[must_use]
 pub fn status_value(name: &PolicyName, decision: &Decision) -> Option<HeaderValue> {
-    let (remaining, reset) = quota_state(decision)?;
-    let reset = ceil_seconds(reset);
-    if remaining > MAX_INTEGER || reset > MAX_INTEGER {
-        return None;
-    }
-    let mut remaining_digits = itoa::Buffer::new();
-    let mut reset_digits = itoa::Buffer::new();
-    let remaining = remaining_digits.format(remaining).as_bytes();
-    let reset = reset_digits.format(reset).as_bytes();
-    let name = name.serialized.as_bytes();
+    let (remaining, reset) = member_of(decision)?;
     // Exactly its length, as in `status_field_for`.
-    let mut text =
-        Vec::with_capacity(name.len() + ";r=".len() + remaining.len() + ";t=".len() + reset.len());
-    text.extend_from_slice(name);
-    text.extend_from_slice(b";r=");
-    text.extend_from_slice(remaining);
-    text.extend_from_slice(b";t=");
-    text.extend_from_slice(reset);
+    let mut text = Vec::with_capacity(member_len(name, remaining, reset));
+    write_member(&mut text, name, remaining, reset);
     // Printable ASCII by construction.
     HeaderValue::try_from(text).ok()
+}
+
+/// The units remaining and whole seconds to reset a `RateLimit` member
+/// reports for `decision`: `None` for a storage-capacity denial or values
+/// beyond RFC 9651 integers.
+fn member_of(decision: &Decision) -> Option<(u64, u64)> {
+    let (remaining, reset) = quota_state(decision)?;
+    let reset = ceil_seconds(reset);
+    (remaining <= MAX_INTEGER && reset <= MAX_INTEGER).then_some((remaining, reset))
+}
+
+/// The length of the member [`write_member`] writes.
+fn member_len(name: &PolicyName, remaining: u64, reset: u64) -> usize {
+    name.serialized.len()
+        + ";r=".len()
+        + decimal_digits(remaining)
+        + ";t=".len()
+        + decimal_digits(reset)
+}
+
+/// Appends the member `name;r=remaining;t=reset`.
+fn write_member(text: &mut Vec<u8>, name: &PolicyName, remaining: u64, reset: u64) {
+    let mut integers = itoa::Buffer::new();
+    text.extend_from_slice(name.serialized.as_bytes());
+    text.extend_from_slice(b";r=");
+    text.extend_from_slice(integers.format(remaining).as_bytes());
+    text.extend_from_slice(b";t=");
+    text.extend_from_slice(integers.format(reset).as_bytes());
 }
 
 /// How many decimal digits `n` is written with.
