@@ -451,6 +451,20 @@ impl Engine for FixedWindow {
     }
 }
 
+/// Whether a check certainly fits the tolerance when the arrival time's whole
+/// part is `whole` (any remainder): even with a whole nanosecond for the
+/// remainders, the new arrival time lies no further ahead of `now` than the
+/// tolerance's whole part. Whole nanoseconds only, so a handful of
+/// instructions where the exact comparison takes several dozen.
+#[inline(always)]
+fn clearly_within_tolerance(whole: u64, now: u64, check: &GcraNanos) -> bool {
+    whole
+        .saturating_sub(now)
+        .saturating_add(check.increment.whole)
+        .saturating_add(1)
+        <= check.tolerance.whole
+}
+
 /// The theoretical arrival time of one GCRA key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
@@ -554,6 +568,11 @@ impl Engine for Gcra {
         now: u64,
     ) -> Option<Denial> {
         let check = GcraNanos::new(policy, cost);
+        // The common allowed check stops here, before the exact arithmetic
+        // its locked evaluation repeats.
+        if clearly_within_tolerance(whole, now, &check) {
+            return None;
+        }
         let now = ExactNanos::from_whole(now);
         // The earliest arrival time with this whole part, decided as
         // `GcraExact::outcome` decides a denial (without the units an allowed
@@ -885,6 +904,40 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// What the lock-free denial's shortcut for allowed checks passes,
+        /// the exact arithmetic allows for the earliest arrival time with
+        /// that whole part, so the shortcut never changes the lock-free
+        /// answer; arrival times at and around its boundary included.
+        #[test]
+        fn the_allowed_shortcut_passes_only_allowed_checks(
+            quota in proptest::prop_oneof![1u64..4, 1u64..=runlimit_core::MAX_LIMIT],
+            period_ms in 1u64..100_000,
+            burst in 1u64..1_000,
+            cost in 1u64..10,
+            below_boundary in 0u64..4,
+            now_ms in 0u64..1_000,
+        ) {
+            let policy = gcra(quota, period_ms, burst);
+            let cost = cost.min(burst);
+            let check = GcraNanos::new(&policy, cost);
+            let now = now_ms * MS;
+            // The arrival time whose distance ahead, plus the increment,
+            // lands `below_boundary` nanoseconds under the tolerance.
+            let Some(whole) = (now + check.tolerance.whole)
+                .checked_sub(check.increment.whole + below_boundary)
+            else {
+                return Ok(());
+            };
+            if clearly_within_tolerance(whole, now, &check) {
+                let earliest = GcraState { tat: ExactNanos::from_whole(whole), version: 0 };
+                let allowed = matches!(
+                    Gcra::evaluate(&policy, Some(earliest), cost, now),
+                    Evaluation::Allowed { .. }
+                );
+                proptest::prop_assert!(allowed, "the shortcut passed a denied check");
+            }
+        }
+
         /// The shortcut that tells whether the latest arrival time with a
         /// whole part rounds like the earliest is the rounding itself.
         #[test]
