@@ -20,7 +20,7 @@ pub(crate) mod sealed {
     use runlimit_core::{Decision, Denial};
 
     /// What an algorithm decides for one key, before anything is stored.
-    #[derive(Debug)]
+    #[derive(Debug, PartialEq, Eq)]
     pub enum Evaluation<S, A> {
         /// Within quota: store `next`, and report the decision `admitted`
         /// makes ([`Engine::decision`]) once it is stored.
@@ -465,6 +465,72 @@ fn clearly_within_tolerance(whole: u64, now: u64, check: &GcraNanos) -> bool {
         <= check.tolerance.whole
 }
 
+/// [`Gcra::evaluate`] for any policy: the arrival time and every quantity
+/// compared with it in whole nanoseconds plus a remainder in units of
+/// `1 / quota` of a nanosecond, so no policy rounds.
+#[inline(always)]
+fn evaluate_exact(
+    policy: &GcraPolicy,
+    check: &GcraNanos,
+    state: Option<GcraState>,
+    now: u64,
+) -> Evaluation<GcraState, ExactNanos> {
+    let now = ExactNanos::from_whole(now);
+    let start = state.map_or(now, |state| state.tat.max(now));
+    let tat = start.saturating_add(check.increment, check.quota);
+    let ahead = tat.saturating_sub(now, check.quota);
+    if ahead > check.tolerance {
+        let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
+        return Evaluation::Denied(denial_for(
+            policy.burst_capacity(),
+            past_tolerance.ceil_millis(),
+        ));
+    }
+    Evaluation::Allowed {
+        admitted: ahead,
+        next: GcraState {
+            tat,
+            version: state.map_or(0, |state| state.version),
+        },
+    }
+}
+
+/// [`Gcra::evaluate`] in whole nanoseconds, when every quantity it adds and
+/// compares is whole: the policy's period divided by its quota is a whole
+/// number of nanoseconds (a hundred a minute, ten a second: most policies), so the
+/// increment, the tolerance and every stored arrival time have no remainder.
+/// The same answers as the exact arithmetic (property-tested), in a fraction
+/// of its instructions; `None` for any remainder.
+#[inline(always)]
+fn evaluate_whole(
+    policy: &GcraPolicy,
+    check: &GcraNanos,
+    state: Option<GcraState>,
+    now: u64,
+) -> Option<Evaluation<GcraState, ExactNanos>> {
+    let stored_remainder = state.map_or(0, |state| state.tat.remainder);
+    if check.increment.remainder | check.tolerance.remainder | stored_remainder != 0 {
+        return None;
+    }
+    let start = state.map_or(now, |state| state.tat.whole.max(now));
+    let tat = start.saturating_add(check.increment.whole);
+    // `start` is never before now.
+    let ahead = tat - now;
+    if ahead > check.tolerance.whole {
+        return Some(Evaluation::Denied(denial_for(
+            policy.burst_capacity(),
+            ExactNanos::from_whole(ahead - check.tolerance.whole).ceil_millis(),
+        )));
+    }
+    Some(Evaluation::Allowed {
+        admitted: ExactNanos::from_whole(ahead),
+        next: GcraState {
+            tat: ExactNanos::from_whole(tat),
+            version: state.map_or(0, |state| state.version),
+        },
+    })
+}
+
 /// The theoretical arrival time of one GCRA key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
@@ -519,24 +585,8 @@ impl Engine for Gcra {
         now: u64,
     ) -> Evaluation<GcraState, ExactNanos> {
         let check = GcraNanos::new(policy, cost);
-        let now = ExactNanos::from_whole(now);
-        let start = state.map_or(now, |state| state.tat.max(now));
-        let tat = start.saturating_add(check.increment, check.quota);
-        let ahead = tat.saturating_sub(now, check.quota);
-        if ahead > check.tolerance {
-            let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
-            return Evaluation::Denied(denial_for(
-                policy.burst_capacity(),
-                past_tolerance.ceil_millis(),
-            ));
-        }
-        Evaluation::Allowed {
-            admitted: ahead,
-            next: GcraState {
-                tat,
-                version: state.map_or(0, |state| state.version),
-            },
-        }
+        evaluate_whole(policy, &check, state, now)
+            .unwrap_or_else(|| evaluate_exact(policy, &check, state, now))
     }
 
     /// The units left and the time to full replenishment: the division the
@@ -904,6 +954,54 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The whole-nanosecond evaluation answers exactly as the exact
+        /// arithmetic does wherever it answers, and answers for every state
+        /// of a policy whose increment and tolerance are whole nanoseconds.
+        #[test]
+        fn whole_nanosecond_evaluation_is_the_exact_evaluation(
+            quota in proptest::prop_oneof![1u64..4, 1u64..=1_000, 1u64..=runlimit_core::MAX_LIMIT],
+            period_ms in proptest::prop_oneof![1u64..10, 1u64..100_000],
+            burst in 1u64..1_000,
+            cost in 1u64..10,
+            stored in proptest::prelude::any::<bool>(),
+            tat_ahead_ns in -3_000_000_000i64..3_000_000_000,
+            remainder_seed in proptest::prelude::any::<u64>(),
+            whole_remainder in proptest::prelude::any::<bool>(),
+            now_ms in 0u64..1_000,
+            near_boundary in proptest::prelude::any::<bool>(),
+            boundary_offset in -2i64..=2,
+        ) {
+            let policy = gcra(quota, period_ms, burst);
+            let cost = cost.min(burst);
+            let check = GcraNanos::new(&policy, cost);
+            let now = now_ms * MS;
+            // Near the boundary, the check lands within two nanoseconds of
+            // the tolerance.
+            let whole = if near_boundary {
+                (now + check.tolerance.whole)
+                    .saturating_sub(check.increment.whole)
+                    .saturating_add_signed(boundary_offset)
+            } else {
+                now.saturating_add_signed(tat_ahead_ns)
+            };
+            let state = stored.then(|| GcraState {
+                tat: ExactNanos {
+                    whole,
+                    remainder: if whole_remainder { 0 } else { remainder_seed % quota },
+                },
+                version: 3,
+            });
+            let exact = evaluate_exact(&policy, &check, state, now);
+            match evaluate_whole(&policy, &check, state, now) {
+                Some(whole) => proptest::prop_assert_eq!(whole, exact),
+                None => proptest::prop_assert!(
+                    check.increment.remainder != 0
+                        || check.tolerance.remainder != 0
+                        || state.is_some_and(|state| state.tat.remainder != 0)
+                ),
+            }
+        }
+
         /// What the lock-free denial's shortcut for allowed checks passes,
         /// the exact arithmetic allows for the earliest arrival time with
         /// that whole part, so the shortcut never changes the lock-free
