@@ -531,6 +531,27 @@ fn evaluate_whole(
     })
 }
 
+/// How far past the tolerance a check lands when the arrival time is `whole`
+/// nanoseconds exactly; `None` within it.
+#[inline(always)]
+fn past_tolerance_exact(whole: u64, now: u64, check: &GcraNanos) -> Option<ExactNanos> {
+    let now = ExactNanos::from_whole(now);
+    let tat = ExactNanos::from_whole(whole)
+        .max(now)
+        .saturating_add(check.increment, check.quota);
+    let ahead = tat.saturating_sub(now, check.quota);
+    (ahead > check.tolerance).then(|| ahead.saturating_sub(check.tolerance, check.quota))
+}
+
+/// [`past_tolerance_exact`] in whole nanoseconds, for a check whose
+/// increment and tolerance are whole (see [`evaluate_whole`]): the same
+/// answer (property-tested) without carries and borrows.
+#[inline(always)]
+fn past_tolerance_whole(whole: u64, now: u64, check: &GcraNanos) -> Option<ExactNanos> {
+    let ahead = whole.max(now).saturating_add(check.increment.whole) - now;
+    (ahead > check.tolerance.whole).then(|| ExactNanos::from_whole(ahead - check.tolerance.whole))
+}
+
 /// The theoretical arrival time of one GCRA key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
@@ -623,21 +644,17 @@ impl Engine for Gcra {
         if clearly_within_tolerance(whole, now, &check) {
             return None;
         }
-        let now = ExactNanos::from_whole(now);
         // The earliest arrival time with this whole part, decided as
         // `GcraExact::outcome` decides a denial (without the units an allowed
         // check would report).
-        let tat = ExactNanos::from_whole(whole)
-            .max(now)
-            .saturating_add(check.increment, check.quota);
-        let ahead = tat.saturating_sub(now, check.quota);
-        if ahead <= check.tolerance {
-            return None;
-        }
-        let past_tolerance = ahead.saturating_sub(check.tolerance, check.quota);
+        let past_tolerance = if check.increment.remainder | check.tolerance.remainder == 0 {
+            past_tolerance_whole(whole, now, &check)
+        } else {
+            past_tolerance_exact(whole, now, &check)
+        }?;
         // The latest lies (quota - 1) / quota of a nanosecond later, and so
         // does its distance past the tolerance, unless now is later than both.
-        if whole >= now.whole && !latest_rounds_alike(past_tolerance, check.quota) {
+        if whole >= now && !latest_rounds_alike(past_tolerance, check.quota) {
             return None;
         }
         Some(denial_for(
@@ -1000,6 +1017,36 @@ mod tests {
                         || state.is_some_and(|state| state.tat.remainder != 0)
                 ),
             }
+        }
+
+        /// The whole-nanosecond distance past the tolerance is the exact one
+        /// for every check whose increment and tolerance are whole.
+        #[test]
+        fn whole_nanosecond_denial_distance_is_the_exact_one(
+            quota in proptest::prop_oneof![1u64..4, 1u64..=1_000, 1u64..=runlimit_core::MAX_LIMIT],
+            period_ms in proptest::prop_oneof![1u64..10, 1u64..100_000],
+            burst in 1u64..1_000,
+            cost in 1u64..10,
+            tat_ahead_ns in -3_000_000_000i64..3_000_000_000,
+            now_ms in 0u64..1_000,
+            near_boundary in proptest::prelude::any::<bool>(),
+            boundary_offset in -2i64..=2,
+        ) {
+            let policy = gcra(quota, period_ms, burst);
+            let check = GcraNanos::new(&policy, cost.min(burst));
+            proptest::prop_assume!(check.increment.remainder | check.tolerance.remainder == 0);
+            let now = now_ms * MS;
+            let whole = if near_boundary {
+                (now + check.tolerance.whole)
+                    .saturating_sub(check.increment.whole)
+                    .saturating_add_signed(boundary_offset)
+            } else {
+                now.saturating_add_signed(tat_ahead_ns)
+            };
+            proptest::prop_assert_eq!(
+                past_tolerance_whole(whole, now, &check),
+                past_tolerance_exact(whole, now, &check)
+            );
         }
 
         /// What the lock-free denial's shortcut for allowed checks passes,
