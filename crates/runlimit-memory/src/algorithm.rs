@@ -497,8 +497,9 @@ fn evaluate_exact(
 
 /// [`Gcra::evaluate`] in whole nanoseconds, when every quantity it adds and
 /// compares is whole: the policy's period divided by its quota is a whole
-/// number of nanoseconds (a hundred a minute, ten a second: most policies), so the
-/// increment, the tolerance and every stored arrival time have no remainder.
+/// number of nanoseconds (a hundred a minute, ten a second: most policies),
+/// so the increment, the tolerance and every stored arrival time have no
+/// remainder.
 /// The same answers as the exact arithmetic (property-tested), in a fraction
 /// of its instructions; `None` for any remainder.
 #[inline(always)]
@@ -923,6 +924,23 @@ mod tests {
         .expect("valid")
     }
 
+    /// An arrival time for `check` at `now`: with a boundary offset, one
+    /// that puts the check within that many nanoseconds of the tolerance;
+    /// otherwise `ahead_ns` from now.
+    fn arrival_time(
+        now: u64,
+        check: &GcraNanos,
+        boundary_offset: Option<i64>,
+        ahead_ns: i64,
+    ) -> u64 {
+        match boundary_offset {
+            Some(offset) => (now + check.tolerance.whole)
+                .saturating_sub(check.increment.whole)
+                .saturating_add_signed(offset),
+            None => now.saturating_add_signed(ahead_ns),
+        }
+    }
+
     fn run(policy: &GcraPolicy, state: &mut Option<GcraState>, cost: u64, now: u64) -> Decision {
         match Gcra::evaluate(policy, *state, cost, now) {
             Evaluation::Allowed { admitted, next } => {
@@ -992,15 +1010,8 @@ mod tests {
             let cost = cost.min(burst);
             let check = GcraNanos::new(&policy, cost);
             let now = now_ms * MS;
-            // Near the boundary, the check lands within two nanoseconds of
-            // the tolerance.
-            let whole = if near_boundary {
-                (now + check.tolerance.whole)
-                    .saturating_sub(check.increment.whole)
-                    .saturating_add_signed(boundary_offset)
-            } else {
-                now.saturating_add_signed(tat_ahead_ns)
-            };
+            let offset = near_boundary.then_some(boundary_offset);
+            let whole = arrival_time(now, &check, offset, tat_ahead_ns);
             let state = stored.then(|| GcraState {
                 tat: ExactNanos {
                     whole,
@@ -1036,13 +1047,8 @@ mod tests {
             let check = GcraNanos::new(&policy, cost.min(burst));
             proptest::prop_assume!(check.increment.remainder | check.tolerance.remainder == 0);
             let now = now_ms * MS;
-            let whole = if near_boundary {
-                (now + check.tolerance.whole)
-                    .saturating_sub(check.increment.whole)
-                    .saturating_add_signed(boundary_offset)
-            } else {
-                now.saturating_add_signed(tat_ahead_ns)
-            };
+            let offset = near_boundary.then_some(boundary_offset);
+            let whole = arrival_time(now, &check, offset, tat_ahead_ns);
             proptest::prop_assert_eq!(
                 past_tolerance_whole(whole, now, &check),
                 past_tolerance_exact(whole, now, &check)
