@@ -924,6 +924,32 @@ mod tests {
         .expect("valid")
     }
 
+    /// A GCRA policy and a check of it, whose increment is a whole number of
+    /// nanoseconds in many cases and has a fraction in many others.
+    fn policy_and_check() -> impl proptest::strategy::Strategy<Value = (GcraPolicy, GcraNanos)> {
+        use proptest::strategy::Strategy;
+        (
+            proptest::prop_oneof![1u64..4, 1u64..=1_000, 1u64..=runlimit_core::MAX_LIMIT],
+            proptest::prop_oneof![1u64..10, 1u64..100_000],
+            1u64..1_000,
+            1u64..10,
+        )
+            .prop_map(|(quota, period_ms, burst, cost)| {
+                let policy = gcra(quota, period_ms, burst);
+                let check = GcraNanos::new(&policy, cost.min(burst));
+                (policy, check)
+            })
+    }
+
+    /// Where an arrival time lies for [`arrival_time`]: a boundary offset
+    /// (two nanoseconds either way), or a distance from now.
+    fn arrival_offsets() -> impl proptest::strategy::Strategy<Value = (Option<i64>, i64)> {
+        (
+            proptest::option::of(-2i64..=2),
+            -3_000_000_000i64..3_000_000_000,
+        )
+    }
+
     /// An arrival time for `check` at `now`: with a boundary offset, one
     /// that puts the check within that many nanoseconds of the tolerance;
     /// otherwise `ahead_ns` from now.
@@ -994,28 +1020,19 @@ mod tests {
         /// of a policy whose increment and tolerance are whole nanoseconds.
         #[test]
         fn whole_nanosecond_evaluation_is_the_exact_evaluation(
-            quota in proptest::prop_oneof![1u64..4, 1u64..=1_000, 1u64..=runlimit_core::MAX_LIMIT],
-            period_ms in proptest::prop_oneof![1u64..10, 1u64..100_000],
-            burst in 1u64..1_000,
-            cost in 1u64..10,
+            (policy, check) in policy_and_check(),
+            (offset, tat_ahead_ns) in arrival_offsets(),
             stored in proptest::prelude::any::<bool>(),
-            tat_ahead_ns in -3_000_000_000i64..3_000_000_000,
             remainder_seed in proptest::prelude::any::<u64>(),
             whole_remainder in proptest::prelude::any::<bool>(),
             now_ms in 0u64..1_000,
-            near_boundary in proptest::prelude::any::<bool>(),
-            boundary_offset in -2i64..=2,
         ) {
-            let policy = gcra(quota, period_ms, burst);
-            let cost = cost.min(burst);
-            let check = GcraNanos::new(&policy, cost);
             let now = now_ms * MS;
-            let offset = near_boundary.then_some(boundary_offset);
             let whole = arrival_time(now, &check, offset, tat_ahead_ns);
             let state = stored.then(|| GcraState {
                 tat: ExactNanos {
                     whole,
-                    remainder: if whole_remainder { 0 } else { remainder_seed % quota },
+                    remainder: if whole_remainder { 0 } else { remainder_seed % check.quota },
                 },
                 version: 3,
             });
@@ -1034,20 +1051,12 @@ mod tests {
         /// for every check whose increment and tolerance are whole.
         #[test]
         fn whole_nanosecond_denial_distance_is_the_exact_one(
-            quota in proptest::prop_oneof![1u64..4, 1u64..=1_000, 1u64..=runlimit_core::MAX_LIMIT],
-            period_ms in proptest::prop_oneof![1u64..10, 1u64..100_000],
-            burst in 1u64..1_000,
-            cost in 1u64..10,
-            tat_ahead_ns in -3_000_000_000i64..3_000_000_000,
+            (_policy, check) in policy_and_check(),
+            (offset, tat_ahead_ns) in arrival_offsets(),
             now_ms in 0u64..1_000,
-            near_boundary in proptest::prelude::any::<bool>(),
-            boundary_offset in -2i64..=2,
         ) {
-            let policy = gcra(quota, period_ms, burst);
-            let check = GcraNanos::new(&policy, cost.min(burst));
             proptest::prop_assume!(check.increment.remainder | check.tolerance.remainder == 0);
             let now = now_ms * MS;
-            let offset = near_boundary.then_some(boundary_offset);
             let whole = arrival_time(now, &check, offset, tat_ahead_ns);
             proptest::prop_assert_eq!(
                 past_tolerance_whole(whole, now, &check),
