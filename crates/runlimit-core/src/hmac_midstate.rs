@@ -140,27 +140,32 @@ impl Midstate {
         };
         let bits = (self.absorbed + (end - self.tail_len) as u64) * 8;
         message[count * BLOCK_LEN - 8..count * BLOCK_LEN].copy_from_slice(&bits.to_be_bytes());
-        let mut inner = self.state.clone();
+        // Plain copies of the chaining states, not wiped ones: each is
+        // compressed in place at once, after which it holds the inner digest
+        // and the final digest (the key returned), neither of them the
+        // secret's midstate; the block between them holds the inner digest.
+        let mut inner: [u32; 8] = *self.state;
         compress256(&mut inner, &blocks[..count]);
 
         // The outer hash: the pad block (in `outer`), then the inner digest.
-        let mut block = Zeroizing::new([0u8; BLOCK_LEN]);
-        write_digest(&inner, &mut block[..32]);
+        let mut block = [0u8; BLOCK_LEN];
+        block[..32].copy_from_slice(&digest_bytes(&inner));
         block[32] = 0x80;
         block[BLOCK_LEN - 8..].copy_from_slice(&((BLOCK_LEN as u64 + 32) * 8).to_be_bytes());
-        let mut outer = self.outer.clone();
-        compress256(&mut outer, std::slice::from_ref(&*block));
-        let mut digest = [0u8; 32];
-        write_digest(&outer, &mut digest);
-        Some(digest)
+        let mut outer: [u32; 8] = *self.outer;
+        compress256(&mut outer, std::slice::from_ref(&block));
+        Some(digest_bytes(&outer))
     }
 }
 
 /// A SHA-256 state as its big-endian digest bytes.
-fn write_digest(state: &[u32; 8], out: &mut [u8]) {
-    for (bytes, word) in out.chunks_exact_mut(4).zip(state) {
-        bytes.copy_from_slice(&word.to_be_bytes());
+#[inline]
+fn digest_bytes(state: &[u32; 8]) -> [u8; 32] {
+    let mut digest = [0u8; 32];
+    for (bytes, word) in digest.as_chunks_mut::<4>().0.iter_mut().zip(state) {
+        *bytes = word.to_be_bytes();
     }
+    digest
 }
 
 #[cfg(test)]
@@ -183,9 +188,7 @@ mod tests {
         block[0] = 0x80;
         let mut state = INITIAL_STATE;
         compress256(&mut state, &[block]);
-        let mut digest = [0u8; 32];
-        write_digest(&state, &mut digest);
-        assert_eq!(digest, <[u8; 32]>::from(Sha256::digest(b"")));
+        assert_eq!(digest_bytes(&state), <[u8; 32]>::from(Sha256::digest(b"")));
     }
 
     proptest! {
