@@ -175,19 +175,20 @@ pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
 
 /// Puts `value` first among the values of the list field `name`.
 fn prepend_member(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
-    // In the common case, where no inner layer added the field, an insertion:
-    // the code every response's own fields already run (not the entry API's),
-    // so the layer adds less code per response.
-    if !headers.contains_key(&name) {
-        headers.insert(name, value);
+    // In the common case, where no inner layer added the field, one append
+    // adds it: a single lookup of the name.
+    if !headers.append(&name, value) {
         return;
     }
+    // An inner layer's values came first: ours, appended last, goes before
+    // them.
     let Entry::Occupied(mut entry) = headers.entry(name) else {
         unreachable!("the field is present")
     };
-    let existing: SmallVec<[HeaderValue; 2]> = entry.iter().cloned().collect();
-    entry.insert(value);
-    for value in existing {
+    let mut values: SmallVec<[HeaderValue; 3]> = entry.iter().cloned().collect();
+    let ours = values.pop().expect("this layer's value was just appended");
+    entry.insert(ours);
+    for value in values {
         entry.append(value);
     }
 }
