@@ -1070,16 +1070,10 @@ mod tests {
         /// answer; arrival times at and around its boundary included.
         #[test]
         fn the_allowed_shortcut_passes_only_allowed_checks(
-            quota in proptest::prop_oneof![1u64..4, 1u64..=runlimit_core::MAX_LIMIT],
-            period_ms in 1u64..100_000,
-            burst in 1u64..1_000,
-            cost in 1u64..10,
+            (policy, check) in policy_and_check(),
             below_boundary in 0u64..4,
             now_ms in 0u64..1_000,
         ) {
-            let policy = gcra(quota, period_ms, burst);
-            let cost = cost.min(burst);
-            let check = GcraNanos::new(&policy, cost);
             let now = now_ms * MS;
             // The arrival time whose distance ahead, plus the increment,
             // lands `below_boundary` nanoseconds under the tolerance.
@@ -1091,7 +1085,7 @@ mod tests {
             if clearly_within_tolerance(whole, now, &check) {
                 let earliest = GcraState { tat: ExactNanos::from_whole(whole), version: 0 };
                 let allowed = matches!(
-                    Gcra::evaluate(&policy, Some(earliest), cost, now),
+                    evaluate_exact(&policy, &check, Some(earliest), now),
                     Evaluation::Allowed { .. }
                 );
                 proptest::prop_assert!(allowed, "the shortcut passed a denied check");
