@@ -152,10 +152,19 @@ pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
         status,
         legacy,
     } = fields;
-    for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, status)] {
-        if let Some(value) = value {
-            prepend_member(headers, name, value);
-        }
+    // One append per field, one lookup of its name, which is a constant
+    // moved into the map (appending a borrowed name would clone it). It
+    // returns whether an inner layer had added the field; only then is this
+    // layer's member moved first.
+    if let Some(value) = policy
+        && headers.append(RATELIMIT_POLICY, value)
+    {
+        move_last_first(headers, RATELIMIT_POLICY);
+    }
+    if let Some(value) = status
+        && headers.append(RATELIMIT, value)
+    {
+        move_last_first(headers, RATELIMIT);
     }
     if let Some(legacy) = legacy {
         let inner_remaining = headers
@@ -173,15 +182,9 @@ pub(crate) fn prepend(headers: &mut HeaderMap, fields: Fields) {
     }
 }
 
-/// Puts `value` first among the values of the list field `name`.
-fn prepend_member(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
-    // In the common case, where no inner layer added the field, one append
-    // adds it: a single lookup of the name.
-    if !headers.append(&name, value) {
-        return;
-    }
-    // An inner layer's values came first: ours, appended last, goes before
-    // them.
+/// Moves the last value of the list field `name`, this layer's member just
+/// appended after an inner layer's, to the front.
+fn move_last_first(headers: &mut HeaderMap, name: HeaderName) {
     let Entry::Occupied(mut entry) = headers.entry(name) else {
         unreachable!("the field is present")
     };
