@@ -72,6 +72,13 @@ pub const ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL: &str =
 pub const READ_CAPACITY_SHARDS_FROM_COUNTER_KEYS_SQL: &str =
     include_str!("../migrations/20260101000013_read_capacity_shards_from_counter_keys.sql");
 
+/// Moves the counter tables' column checks (key length, non-negative counts,
+/// nine sliding counts) from table `CHECK` constraints, which PostgreSQL
+/// plans anew on every execution of every statement that updates the table,
+/// to domains with the same conditions.
+pub const CHECK_COUNTER_COLUMNS_THROUGH_DOMAINS_SQL: &str =
+    include_str!("../migrations/20260101000014_check_counter_columns_through_domains.sql");
+
 /// Applies the bundled migrations in the pool's current schema, tolerating
 /// versions other migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.

@@ -516,6 +516,132 @@ async fn truncating_a_counter_table_frees_its_capacity() {
     );
 }
 
+/// Whether a statement failed on a check constraint (SQLSTATE 23514).
+fn refused_by_a_check<T>(result: Result<T, sqlx::Error>) -> bool {
+    match result {
+        Err(sqlx::Error::Database(error)) => error.code().as_deref() == Some("23514"),
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn the_counter_tables_refuse_malformed_rows() {
+    let Some(schema) = common::schema("malformed_rows").await else {
+        return;
+    };
+    let pool = schema.migrated_pool(1).await;
+    let key = |length: usize| vec![7u8; length];
+    let execute = |sql: &'static str, counter_key: Vec<u8>, value: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(sql)
+                .bind(counter_key)
+                .bind(value)
+                .execute(&pool)
+                .await
+        }
+    };
+
+    let fixed = "INSERT INTO runlimit_fixed_windows (counter_key, used, window_expires_at) \
+                 VALUES ($1, $2, now() + interval '1 hour')";
+    let gcra = "INSERT INTO runlimit_gcra (counter_key, tat_us, tat_rem, expires_at) \
+                VALUES ($1, 0, $2, now() + interval '1 hour')";
+    let sliding = "INSERT INTO runlimit_sliding_windows (counter_key, counts, version, expires_at) \
+                   VALUES ($1, pg_catalog.array_fill(0::bigint, ARRAY[$2::integer]), 0, \
+                   now() + interval '1 hour')";
+    // A key of any length but 64 bytes, a negative count or remainder, and
+    // sliding counts of any number but nine are refused.
+    assert!(refused_by_a_check(execute(fixed, key(63), 0).await));
+    assert!(refused_by_a_check(execute(fixed, key(64), -1).await));
+    assert!(refused_by_a_check(execute(gcra, key(65), 0).await));
+    assert!(refused_by_a_check(execute(gcra, key(64), -1).await));
+    assert!(refused_by_a_check(execute(sliding, key(32), 9).await));
+    assert!(refused_by_a_check(execute(sliding, key(64), 8).await));
+    execute(fixed, key(64), 0).await.expect("a well-formed row");
+    execute(gcra, key(64), 0).await.expect("a well-formed row");
+    execute(sliding, key(64), 9)
+        .await
+        .expect("a well-formed row");
+
+    // An update that would take a count below zero is refused and changes
+    // nothing; so is one that would store eight sliding counts.
+    assert!(refused_by_a_check(
+        sqlx::query("UPDATE runlimit_fixed_windows SET used = used - 1")
+            .execute(&pool)
+            .await
+    ));
+    assert!(refused_by_a_check(
+        sqlx::query("UPDATE runlimit_gcra SET tat_rem = tat_rem - 1")
+            .execute(&pool)
+            .await
+    ));
+    assert!(refused_by_a_check(
+        sqlx::query("UPDATE runlimit_sliding_windows SET counts = counts[1:8]")
+            .execute(&pool)
+            .await
+    ));
+    let stored: (i64, i64, i32) = sqlx::query_as(
+        "SELECT (SELECT used FROM runlimit_fixed_windows), \
+         (SELECT tat_rem FROM runlimit_gcra), \
+         (SELECT pg_catalog.cardinality(counts) FROM runlimit_sliding_windows)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("rows");
+    assert_eq!(stored, (0, 0, 9));
+}
+
+#[tokio::test]
+async fn moving_the_column_checks_to_domains_rewrites_no_table() {
+    let Some(schema) = common::schema("domains_upgrade").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    // A schema as the thirteenth migration left it, with a stored counter.
+    let mut earlier = sqlx::migrate::Migrator {
+        migrations: MIGRATOR
+            .iter()
+            .filter(|migration| migration.version < 20260101000014)
+            .cloned()
+            .collect(),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    earlier.set_ignore_missing(true);
+    earlier.run(&pool).await.expect("migrations 1 to 13");
+    let window = policy("upgraded", 5, Duration::from_secs(3_600));
+    let check = Check::new(&window, key(3, 1));
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    assert!(fixed.check(&check).await.expect("check").is_allowed());
+    let files = "SELECT ARRAY[pg_catalog.pg_relation_filenode(t), \
+                 pg_catalog.pg_relation_filenode(t || '_pkey'), \
+                 pg_catalog.pg_relation_filenode(t || '_expiry')]::bigint[] \
+                 FROM unnest(ARRAY['runlimit_fixed_windows', 'runlimit_gcra', \
+                 'runlimit_sliding_windows']) AS t";
+    let before: Vec<Vec<i64>> = sqlx::query_scalar(files)
+        .fetch_all(&pool)
+        .await
+        .expect("files");
+
+    runlimit_postgres::migrate(&pool)
+        .await
+        .expect("migration 14");
+    let after: Vec<Vec<i64>> = sqlx::query_scalar(files)
+        .fetch_all(&pool)
+        .await
+        .expect("files");
+    assert_eq!(after, before, "no table or index was rewritten");
+    // The stored counter carries on, and the checks hold for new values.
+    assert_eq!(
+        fixed.check(&check).await.expect("check").remaining(),
+        Some(3)
+    );
+    assert!(refused_by_a_check(
+        sqlx::query("UPDATE runlimit_fixed_windows SET used = -1")
+            .execute(&pool)
+            .await
+    ));
+}
+
 #[tokio::test]
 async fn an_exhausted_pool_triggers_the_acquire_timeout() {
     let Some(schema) = common::schema("pooltimeout").await else {
