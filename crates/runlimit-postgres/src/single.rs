@@ -57,7 +57,10 @@
 /// A check's cost is at least one and at most the limit (enforced when the
 /// check is built), so the sum in the condition stays far from overflow. The
 /// fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
-/// composite result is computed once and then taken apart.
+/// composite result is computed once and then taken apart. The update
+/// returns the count as a plain `bigint` (the column's type is a domain over
+/// it, migration 14), so the admitted branch has the union's column types
+/// and PostgreSQL scans it without a projection node of its own.
 pub(crate) const CHECK_FIXED_WINDOW: &str = "\
 WITH admitted AS (
     UPDATE runlimit_fixed_windows AS w
@@ -68,7 +71,7 @@ WITH admitted AS (
         AND pg_catalog.set_config('lock_timeout', $7::integer::text || 'ms', true) IS NOT NULL
         AND (NOT $8::boolean
             OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
-    RETURNING w.used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
+    RETURNING w.used::bigint AS used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
 )
 SELECT 0::smallint, a.used, a.window_expires_at, a.now FROM admitted AS a
 UNION ALL
