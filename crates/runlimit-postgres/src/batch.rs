@@ -50,14 +50,13 @@
 //! each row's cost, limit and position in the batch with a `CASE` on the
 //! row's key, rather than joining the table to a `VALUES` list of the
 //! checks: the join's nested loop and values scan cost more to start than
-//! the `CASE` arms cost to run (about 10,000 of a batch of two's 260,000
-//! server instructions, callgrind), and returns the count as a plain
+//! the `CASE` arms cost to run (about 10,000 of a batch of two's 250,000
+//! server instructions, callgrind). It returns the count as a plain
 //! `bigint`, the union's column type, as the single check's statement
-//! does. The statement relies on a batch never
-//! naming one counter twice, which `validate_batch` refuses before any
-//! batch is decided (the conformance suite proves it on every backend): a
-//! row is updated once however many checks name it, and what to take back
-//! would be ambiguous.
+//! does. The statement relies on a batch never naming one counter twice,
+//! which `validate_batch` refuses before any batch is decided (the
+//! conformance suite proves it on every backend): a row is updated once
+//! however many checks name it, and what to take back would be ambiguous.
 //!
 //! PostgreSQL starts every node of the statement's plan on every execution,
 //! the fallback branch's included, whether it runs or not. The branch's gate
