@@ -609,9 +609,24 @@ async fn moving_the_column_checks_to_domains_rewrites_no_table() {
     earlier.set_ignore_missing(true);
     earlier.run(&pool).await.expect("migrations 1 to 13");
     let window = policy("upgraded", 5, Duration::from_secs(3_600));
+    let other = policy("upgraded_too", 5, Duration::from_secs(3_600));
     let check = Check::new(&window, key(3, 1));
+    let batch = [check, Check::new(&other, key(3, 1))];
     let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    // This version's statements run on the earlier schema: a new counter
+    // (the fallback), then a stored one (the update in place), alone and in
+    // a batch, so replicas may upgrade before the migration runs.
     assert!(fixed.check(&check).await.expect("check").is_allowed());
+    assert_eq!(
+        fixed.check(&check).await.expect("check").remaining(),
+        Some(3)
+    );
+    assert!(fixed.check_all(&batch).await.expect("batch").is_allowed());
+    assert!(fixed.check_all(&batch).await.expect("batch").is_allowed());
+    assert_eq!(
+        fixed.check(&check).await.expect("check").remaining(),
+        Some(0)
+    );
     let files = "SELECT ARRAY[pg_catalog.pg_relation_filenode(t), \
                  pg_catalog.pg_relation_filenode(t || '_pkey'), \
                  pg_catalog.pg_relation_filenode(t || '_expiry')]::bigint[] \
@@ -630,10 +645,15 @@ async fn moving_the_column_checks_to_domains_rewrites_no_table() {
         .await
         .expect("files");
     assert_eq!(after, before, "no table or index was rewritten");
-    // The stored counter carries on, and the checks hold for new values.
+    // The stored counters carry on, and the checks hold for new values.
+    assert!(fixed.check(&check).await.expect("check").is_denied());
     assert_eq!(
-        fixed.check(&check).await.expect("check").remaining(),
-        Some(3)
+        fixed
+            .check(&Check::new(&other, key(3, 1)))
+            .await
+            .expect("check")
+            .remaining(),
+        Some(2)
     );
     assert!(refused_by_a_check(
         sqlx::query("UPDATE runlimit_fixed_windows SET used = -1")
