@@ -15,13 +15,25 @@ use axum::extract::ConnectInfo;
 use http::request::Parts;
 use runlimit_core::{KeyHasher, Policy, PolicyFingerprint, PreparedKeyHasher, SubjectKey};
 
-use crate::extract::{KeyExtractor, MissingMetadata};
+use crate::{
+    connection::{DeriverId, PeerConnection},
+    extract::{KeyExtractor, MissingMetadata},
+};
 
 /// A hasher, and the same hasher prepared for the one policy it was added for.
 #[derive(Clone)]
 struct Hashing {
     hasher: KeyHasher,
-    prepared: Option<(PolicyFingerprint, PreparedKeyHasher)>,
+    prepared: Option<Prepared>,
+}
+
+/// The hasher prepared for one policy, and the name its keys are kept under
+/// on a [`PeerConnection`].
+#[derive(Clone)]
+struct Prepared {
+    fingerprint: PolicyFingerprint,
+    hasher: PreparedKeyHasher,
+    deriver: DeriverId,
 }
 
 impl Hashing {
@@ -33,16 +45,26 @@ impl Hashing {
     }
 
     fn prepare<P: Policy>(&mut self, policy: &P) {
-        self.prepared = Some((*policy.fingerprint(), self.hasher.prepared_for(policy)));
+        self.prepared = Some(Prepared {
+            fingerprint: *policy.fingerprint(),
+            hasher: self.hasher.prepared_for(policy),
+            // A new name even for a clone prepared again: its policy differs.
+            deriver: DeriverId::unique(),
+        });
+    }
+
+    /// The preparation for `policy`, if this is the policy it was made for.
+    fn prepared_for<P: Policy>(&self, policy: &P) -> Option<&Prepared> {
+        self.prepared
+            .as_ref()
+            .filter(|prepared| prepared.fingerprint == *policy.fingerprint())
     }
 
     fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
-        match &self.prepared {
+        match self.prepared_for(policy) {
             // The prepared hasher derives the same keys, faster, for its policy.
-            Some((fingerprint, prepared)) if fingerprint == policy.fingerprint() => {
-                prepared.hash_for(policy, subject)
-            }
-            _ => self.hasher.hash_for(policy, subject),
+            Some(prepared) => prepared.hasher.hash_for(policy, subject),
+            None => self.hasher.hash_for(policy, subject),
         }
     }
 }
@@ -57,8 +79,13 @@ pub enum PrefixError {
 }
 
 /// Keys a check on the TCP peer's address, from axum's
-/// `ConnectInfo<SocketAddr>` (serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`).
+/// `ConnectInfo<PeerConnection>` (serve with
+/// `into_make_service_with_connect_info::<PeerConnection>()`) or
+/// `ConnectInfo<SocketAddr>`.
+///
+/// With a [`PeerConnection`], each connection derives its key once and its
+/// later requests reuse it; with a bare `SocketAddr`, every request derives
+/// it. The keys are the same.
 ///
 /// IPv4 peers are keyed by their /32, IPv6 peers by a prefix, /64 by default:
 /// one IPv6 host usually owns a whole /64, so keying on the /128 would give a
@@ -146,12 +173,22 @@ impl SmallSubject {
 
 impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {
     fn extract(&self, parts: &Parts, policy: &P) -> Result<SubjectKey, MissingMetadata> {
+        if let Some(ConnectInfo(connection)) = parts.extensions.get::<ConnectInfo<PeerConnection>>()
+        {
+            let subject = || self.subject(connection.address().ip());
+            return Ok(match self.hashing.prepared_for(policy) {
+                Some(prepared) => connection.key(prepared.deriver, || {
+                    prepared.hasher.hash_for(policy, subject().as_bytes())
+                }),
+                None => self.hashing.hash(policy, subject().as_bytes()),
+            });
+        }
         let ConnectInfo(peer) =
             parts
                 .extensions
                 .get::<ConnectInfo<SocketAddr>>()
                 .ok_or(MissingMetadata::new(
-                    "peer address (ConnectInfo<SocketAddr>)",
+                    "peer address (ConnectInfo<PeerConnection> or ConnectInfo<SocketAddr>)",
                 ))?;
         Ok(self
             .hashing

@@ -21,7 +21,9 @@
 //! Around that core:
 //!
 //! * ready-made extractors: [`PeerIp`] (the TCP peer, IPv6 aggregated by
-//!   prefix) and [`FromExtension`] (a value a trusted layer normalized);
+//!   prefix; with [`PeerConnection`] as the server's connect info, its key is
+//!   derived once per connection) and [`FromExtension`] (a value a trusted
+//!   layer normalized);
 //! * [`RateLimitLayer::key_reads_body`]: keys from a capped, buffered body
 //!   ([`RequestBody`]), for per-recipient limits on forms;
 //! * [`RateLimitLayer::only_when`]: checks that apply to some requests only;
@@ -55,6 +57,7 @@
 
 mod body;
 mod charge;
+mod connection;
 mod context;
 mod extract;
 mod extractors;
@@ -69,6 +72,7 @@ mod rejection;
 mod service;
 
 pub use body::{BodyKeyed, BodyMode, HeadKeyed, RequestBody};
+pub use connection::PeerConnection;
 pub use context::{AppliedPolicy, RateLimitContext};
 pub use extract::{KeyExtractor, MissingMetadata};
 pub use extractors::{FromExtension, PeerIp, PrefixError};

@@ -20,8 +20,8 @@ use http::{HeaderMap, Request, Response, StatusCode, request::Parts};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use runlimit_axum::{
-    FromExtension, MissingMetadata, PeerIp, PrefixError, ProcessLocalStorage, RateLimitContext,
-    RateLimitLayer, RequestBody, ResponseFields,
+    FromExtension, MissingMetadata, PeerConnection, PeerIp, PrefixError, ProcessLocalStorage,
+    RateLimitContext, RateLimitLayer, RequestBody, ResponseFields,
 };
 use runlimit_core::{
     Backend, BatchDecision, Check, Decision, FixedWindowPolicy, KeyHasher, Limiter, PolicyId,
@@ -539,6 +539,42 @@ fn the_peer_ip_extractor_aggregates_ipv6_by_prefix() {
         key_of(&per_64, "2001:db8::1"),
         key_of(&unprepared, "2001:db8::1")
     );
+    // Served with `PeerConnection`, a connection keeps each prepared
+    // extractor's key apart and derives the same keys as per request.
+    let per_56 = {
+        let mut per_56 = PeerIp::new(&hasher).with_ipv6_prefix(56).expect("valid");
+        runlimit_axum::KeyExtractor::prepare(&mut per_56, &policy);
+        per_56
+    };
+    let other_policy = common::policy("tenant", 10);
+    for address in ["2001:db8:1:2::1", "192.0.2.1", "::ffff:192.0.2.1"] {
+        let connection = PeerConnection::new(SocketAddr::new(address.parse().expect("ip"), 443));
+        let mut request = Request::new(());
+        request.extensions_mut().insert(ConnectInfo(connection));
+        let (parts, ()) = request.into_parts();
+        for _ in 0..2 {
+            for extractor in [&per_64, &unprepared, &per_56] {
+                assert_eq!(
+                    runlimit_axum::KeyExtractor::extract(extractor, &parts, &policy)
+                        .expect("keyed"),
+                    key_of(extractor, address),
+                );
+            }
+            // Asked for a policy it was not prepared for, it derives that
+            // policy's key, not the one it keeps.
+            assert_eq!(
+                runlimit_axum::KeyExtractor::extract(&per_64, &parts, &other_policy)
+                    .expect("keyed"),
+                runlimit_axum::KeyExtractor::extract(&unprepared, &parts, &other_policy)
+                    .expect("keyed"),
+            );
+            assert_ne!(
+                runlimit_axum::KeyExtractor::extract(&per_64, &parts, &other_policy)
+                    .expect("keyed"),
+                key_of(&per_64, address),
+            );
+        }
+    }
     // The documented subject, for services in other languages.
     let mut subject = vec![6, 64];
     subject.extend_from_slice(

@@ -117,3 +117,61 @@ async fn a_served_form_is_keyed_on_the_peer_and_the_recipient_it_names() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     server.abort();
 }
+
+/// Sends one keep-alive HTTP/1.1 GET on `stream` and returns the response's
+/// status line.
+async fn get_on(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = Vec::new();
+    let mut byte = [0u8; 1];
+    // The head, byte by byte, up to the blank line.
+    while !response.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.expect("head");
+        response.push(byte[0]);
+    }
+    let head = String::from_utf8(response).expect("ascii head");
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .expect("content-length")
+        .parse()
+        .expect("a length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.expect("body");
+    head.lines().next().expect("status line").to_owned()
+}
+
+#[tokio::test]
+async fn keys_kept_per_connection_still_count_every_connection_of_a_peer_together() {
+    let hasher = KeyHasher::new(b"serve test secret of at least 32 bytes").expect("valid");
+    let limiter = MemoryStore::new(MemoryStoreConfig::new(100).expect("valid"));
+    let layer = RateLimitLayer::new(limiter).check(policy("client", 3), PeerIp::new(&hasher));
+    let app = Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let address = listener.local_addr().expect("address");
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<runlimit_axum::PeerConnection>(),
+        )
+        .await
+    });
+
+    // Two requests on one connection, then two on another from the same
+    // address: the peer's quota of three is one, whichever connection asks.
+    let mut first = TcpStream::connect(address).await.expect("connect");
+    assert_eq!(get_on(&mut first).await, "HTTP/1.1 200 OK");
+    assert_eq!(get_on(&mut first).await, "HTTP/1.1 200 OK");
+    let mut second = TcpStream::connect(address).await.expect("connect");
+    assert_eq!(get_on(&mut second).await, "HTTP/1.1 200 OK");
+    assert_eq!(get_on(&mut second).await, "HTTP/1.1 429 Too Many Requests");
+    assert_eq!(get_on(&mut first).await, "HTTP/1.1 429 Too Many Requests");
+    server.abort();
+}
