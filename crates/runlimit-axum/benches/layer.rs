@@ -1,8 +1,10 @@
 //! The layer's own per-request cost, without sockets: the same hello-world
 //! router called through `tower::ServiceExt::oneshot`, bare and behind
-//! `RateLimitLayer` on the memory backend, and behind tower_governor's
-//! `GovernorLayer` without and with its headers (the configurations of
-//! `examples/bench_server.rs`).
+//! `RateLimitLayer` on the memory backend (its requests with the peer's
+//! `SocketAddr`, which derives the key per request, and with a
+//! `PeerConnection`, which keeps it per connection), and behind
+//! tower_governor's `GovernorLayer` without and with its headers (the
+//! configurations of `examples/bench_server.rs`).
 //!
 //! A second group, `body_keyed`, posts a 1 KiB form to a handler that reads
 //! it, behind a layer keyed on the peer (the head) and behind one keyed on the
@@ -30,11 +32,10 @@ use axum::{
     routing::post,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
-use peer_key::peer_key;
-use runlimit_axum::{MissingMetadata, RateLimitLayer, RequestBody};
+use runlimit_axum::{MissingMetadata, PeerIp, RateLimitLayer, RequestBody};
 use runlimit_core::{FixedWindowPolicy, KeyHasher, MAX_LIMIT, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
-use support::hello::{request, routers};
+use support::hello::{connected_request, connections, request, routers};
 use tower::ServiceExt;
 
 fn layer(c: &mut Criterion) {
@@ -43,8 +44,9 @@ fn layer(c: &mut Criterion) {
         .expect("runtime");
     let mut group = c.benchmark_group("hello_world");
     let mut port = 0u16;
-    for (name, router) in routers() {
-        group.bench_function(name, |b| {
+    let routers = routers();
+    for (name, router) in &routers {
+        group.bench_function(*name, |b| {
             b.iter(|| {
                 port = port.wrapping_add(1);
                 let response = runtime
@@ -54,6 +56,22 @@ fn layer(c: &mut Criterion) {
             });
         });
     }
+    // The limited router again, its requests on 32 `PeerConnection`s that
+    // keep their keys.
+    let (connections, limited) = (connections(), &routers[1].1);
+    group.bench_function("limited_keys_kept_per_connection", |b| {
+        b.iter(|| {
+            port = port.wrapping_add(1);
+            let response = runtime
+                .block_on(
+                    limited
+                        .clone()
+                        .oneshot(connected_request(&connections, port)),
+                )
+                .expect("infallible");
+            assert!(response.status().is_success());
+        });
+    });
     group.finish();
 }
 
@@ -97,10 +115,7 @@ fn body_keyed(c: &mut Criterion) {
         )
     };
     let head_keyed = login()
-        .layer(
-            RateLimitLayer::new(limiter())
-                .check(policy.clone(), peer_key(hasher.prepared_for(&policy))),
-        )
+        .layer(RateLimitLayer::new(limiter()).check(policy.clone(), PeerIp::new(&hasher)))
         .with_state(());
     let prepared = hasher.prepared_for(&policy);
     let email_key = move |parts: &http::request::Parts, policy: &FixedWindowPolicy| {

@@ -1,30 +1,12 @@
 //! tower_governor's `GovernorLayer`, configured like the benchmarks'
 //! `RateLimitLayer` so both can be measured in the same run: keyed on the TCP
-//! peer's address and port, with a limit no benchmark reaches.
+//! peer's address by its default key extractor (as `PeerIp` keys Runlimit's
+//! checks), with a limit no benchmark reaches.
 
-use std::net::SocketAddr;
-
-use axum::{Router, extract::ConnectInfo};
-use http::Request;
+use axum::Router;
 use tower_governor::{
-    GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
+    GovernorLayer, governor::GovernorConfigBuilder, key_extractor::PeerIpKeyExtractor,
 };
-
-/// tower_governor's key: the peer, as `peer_key` keys it.
-#[derive(Debug, Clone, Copy)]
-struct PeerAddr;
-
-impl KeyExtractor for PeerAddr {
-    type Key = SocketAddr;
-
-    fn extract<T>(&self, request: &Request<T>) -> Result<SocketAddr, GovernorError> {
-        request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(peer)| *peer)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
 
 /// `router` behind tower_governor, with its `x-ratelimit-*` headers on every
 /// admitted response when `headers` is set.
@@ -33,7 +15,7 @@ pub(crate) fn governed(router: Router, headers: bool) -> Router {
     let mut builder = GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(u32::MAX)
-        .key_extractor(PeerAddr);
+        .key_extractor(PeerIpKeyExtractor);
     if headers {
         let config = builder.use_headers().finish().expect("a valid quota");
         router.layer(GovernorLayer::new(config))
