@@ -245,6 +245,20 @@ impl<const UNITS_PER_MILLI: u64> GcraExact<UNITS_PER_MILLI> {
     /// The retry-after duration when the check exceeds the burst tolerance.
     #[inline]
     pub fn outcome(&self, ahead: Exact<UNITS_PER_MILLI>) -> Result<(u64, Duration), Duration> {
+        // Whole clock units (the tolerance of most policies, and every
+        // arrival time under them): the same answer without the remainders'
+        // 128-bit comparisons, borrows and rounding. An allowed check in the
+        // memory store computes this after the miss on its entry, where every
+        // instruction saved lets the next check's loads start sooner.
+        if (ahead.remainder | self.tolerance.remainder) == 0
+            && ahead.whole <= self.tolerance.whole
+            && let Some(scaled) = (self.tolerance.whole - ahead.whole).checked_mul(self.quota)
+        {
+            return Ok((
+                self.period_units.divide(scaled).min(self.burst_capacity),
+                Duration::from_millis(ahead.whole.div_ceil(UNITS_PER_MILLI)),
+            ));
+        }
         if ahead > self.tolerance {
             return Err(ahead
                 .saturating_sub(self.tolerance, self.quota)
@@ -498,6 +512,60 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Every allowed and denied outcome, whole or not, against the
+        /// definition in 128-bit rationals: the units left are
+        /// `floor((tolerance - ahead) × quota / period)` (at most the burst),
+        /// the reset and retry times round up to whole milliseconds.
+        #[test]
+        fn outcomes_match_the_definition(
+            quota in proptest::prop_oneof![1u64..=10, 1u64..=crate::MAX_LIMIT],
+            period_ms in proptest::prop_oneof![1u64..=1_000, 1u64..=86_400_000],
+            burst in proptest::prop_oneof![1u64..=10, 1u64..=crate::MAX_LIMIT],
+            ahead_share in 0u64..=1_100,
+            remainder_seed: u64,
+            whole_ahead: bool,
+        ) {
+            let Ok(policy) = GcraPolicy::new(
+                PolicyId::new("p").expect("valid"),
+                ScopeId::new("s").expect("valid"),
+                quota,
+                Duration::from_millis(period_ms),
+                burst,
+            ) else {
+                return Ok(());
+            };
+            let check = GcraNanos::new(&policy, 1);
+            let quota = u128::from(quota);
+            // `ahead` as a count of 1/quota nanoseconds, up to 110% of the tolerance.
+            let tolerance = u128::from(check.tolerance.whole) * quota
+                + u128::from(check.tolerance.remainder);
+            let mut scaled_ahead = tolerance * u128::from(ahead_share) / 1_000;
+            if whole_ahead {
+                scaled_ahead -= scaled_ahead % quota;
+            } else {
+                scaled_ahead += u128::from(remainder_seed) % quota;
+            }
+            let ahead = ExactNanos {
+                whole: u64::try_from(scaled_ahead / quota).expect("below the tolerance's 110%"),
+                remainder: u64::try_from(scaled_ahead % quota).expect("below the quota"),
+            };
+            let ceil_millis = |scaled: u128| {
+                let per_milli = quota * 1_000_000;
+                Duration::from_millis(u64::try_from(scaled.div_ceil(per_milli)).expect("fits"))
+            };
+            let expected = if scaled_ahead > tolerance {
+                Err(ceil_millis(scaled_ahead - tolerance))
+            } else {
+                let period = u128::from(period_ms) * 1_000_000;
+                let remaining = (tolerance - scaled_ahead) / period;
+                Ok((
+                    u64::try_from(remaining.min(u128::from(policy.burst_capacity()))).expect("fits"),
+                    ceil_millis(scaled_ahead),
+                ))
+            };
+            proptest::prop_assert_eq!(check.outcome(ahead), expected);
+        }
+
         #[test]
         fn small_quotients_are_exact(
             quotient in 0u64..(1 << 52),
