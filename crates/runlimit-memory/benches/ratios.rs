@@ -386,8 +386,6 @@ fn per_thread_call(work: &Work, threads: usize, calls: usize) -> f64 {
     started.elapsed().as_secs_f64() * 1e9 / calls as f64
 }
 
-/// One path, measured on both sides. `prepare` builds each side's work afresh
-/// for a round (the flood needs empty maps), untimed.
 /// Checks of one stored key, which the store holds before the first call.
 fn hot_checks<A: Algorithm>(store: Store<A>, policy: Arc<A::Policy>) -> Work
 where
@@ -440,11 +438,16 @@ where
     })
 }
 
+/// One path, measured on both sides. Each side's work is built afresh for a
+/// round (the flood needs empty maps), untimed, right before that side runs
+/// and dropped after: each side runs straight after its own setup, with
+/// nothing of the other side's in the caches or in memory.
 struct Path {
     name: &'static str,
     threads: usize,
     calls: usize,
-    prepare: Box<dyn Fn() -> (Work, Work)>,
+    runlimit: Box<dyn Fn() -> Work>,
+    governor: Box<dyn Fn() -> Work>,
 }
 
 /// Keys never seen before, per thread of the flood.
@@ -501,14 +504,14 @@ fn against_governor() {
                 name: leak(format!("{name}, {algorithm}, {threads} thread(s)")),
                 threads,
                 calls,
-                prepare: Box::new(move || {
+                runlimit,
+                governor: Box::new(move || {
                     let governor = RateLimiter::keyed(quota);
                     let digest = *subject(0).as_bytes();
                     let _ = governor.check_key(&digest);
-                    let governor: Work = Arc::new(move |_, _| {
+                    Arc::new(move |_, _| {
                         black_box(governor.check_key(black_box(&digest)).is_ok());
-                    });
-                    (runlimit(), governor)
+                    })
                 }),
             };
             let policy = Arc::clone(fixed);
@@ -546,22 +549,21 @@ fn against_governor() {
             Arc::clone(&keys),
             Arc::clone(&order),
         );
-        let governor = governor_random.clone();
         paths.push(Path {
             name: leak(format!(
                 "100k random keys, fixed window, {threads} thread(s)"
             )),
             threads,
             calls,
-            prepare: Box::new(move || {
-                let runlimit = random_checks(
+            runlimit: Box::new(move || {
+                random_checks(
                     MemoryStore::new(config),
                     Arc::clone(&policy),
                     Arc::clone(&keys_),
                     Arc::clone(&order_),
-                );
-                (runlimit, governor())
+                )
             }),
+            governor: Box::new(governor_random.clone()),
         });
         // Ten a second with a burst of a million: every key stays stored (a
         // replenished GCRA key is forgotten, and then stored again).
@@ -574,15 +576,15 @@ fn against_governor() {
             name: leak(format!("100k random keys, GCRA, {threads} thread(s)")),
             threads,
             calls,
-            prepare: Box::new(move || {
-                let runlimit = random_checks(
+            runlimit: Box::new(move || {
+                random_checks(
                     GcraStore::new(config),
                     Arc::clone(&policy),
                     Arc::clone(&keys_),
                     Arc::clone(&order_),
-                );
-                (runlimit, governor_random())
+                )
             }),
+            governor: Box::new(governor_random),
         });
         // A flood: every check a key never seen before, into empty maps sized
         // for the flood (Runlimit's table is bounded and allocated up front;
@@ -606,17 +608,17 @@ fn against_governor() {
                 )),
                 threads,
                 calls: FLOOD_KEYS,
-                prepare: Box::new(move || {
+                runlimit,
+                governor: Box::new(move || {
                     let governor = RateLimiter::keyed(hourly_quota);
                     let digests = Arc::clone(&digests);
-                    let governor: Work = Arc::new(move |thread, call| {
+                    Arc::new(move |thread, call| {
                         black_box(
                             governor
                                 .check_key(&digests[thread * FLOOD_KEYS + call])
                                 .is_ok(),
                         );
-                    });
-                    (runlimit(), governor)
+                    })
                 }),
             }
         };
@@ -651,13 +653,14 @@ fn against_governor() {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
     for round in 1..=ROUNDS {
         for (path, ratios) in paths.iter().zip(&mut ratios) {
-            let (runlimit, governor) = (path.prepare)();
+            let measure =
+                |prepare: &dyn Fn() -> Work| per_thread_call(&prepare(), path.threads, path.calls);
             let (ours, theirs) = if round % 2 == 0 {
-                let theirs = per_thread_call(&governor, path.threads, path.calls);
-                (per_thread_call(&runlimit, path.threads, path.calls), theirs)
+                let theirs = measure(&*path.governor);
+                (measure(&*path.runlimit), theirs)
             } else {
-                let ours = per_thread_call(&runlimit, path.threads, path.calls);
-                (ours, per_thread_call(&governor, path.threads, path.calls))
+                let ours = measure(&*path.runlimit);
+                (ours, measure(&*path.governor))
             };
             ratios.push(ours / theirs);
             println!(
