@@ -553,6 +553,25 @@ fn past_tolerance_whole(whole: u64, now: u64, check: &GcraNanos) -> Option<Exact
     (ahead > check.tolerance.whole).then(|| ExactNanos::from_whole(ahead - check.tolerance.whole))
 }
 
+/// [`Gcra::deny_from_words`] for a check whose increment and tolerance are
+/// whole (see [`evaluate_whole`]): the same answer (property-tested) with
+/// one division into whole milliseconds where the general path rounds twice.
+#[inline(always)]
+fn deny_whole(policy: &GcraPolicy, whole: u64, now: u64, check: &GcraNanos) -> Option<Denial> {
+    let past = past_tolerance_whole(whole, now, check)?.whole;
+    let (millis, below_a_milli) = (past / NANOS_PER_MILLI, past % NANOS_PER_MILLI);
+    // The latest arrival time with this whole part lies up to
+    // (quota - 1) / quota of a nanosecond later: past another whole
+    // millisecond only when this one lands on one (see `latest_rounds_alike`).
+    if whole >= now && check.quota > 1 && below_a_milli == 0 {
+        return None;
+    }
+    Some(denial_for(
+        policy.burst_capacity(),
+        Duration::from_millis(millis + u64::from(below_a_milli != 0)),
+    ))
+}
+
 /// The theoretical arrival time of one GCRA key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
@@ -648,11 +667,10 @@ impl Engine for Gcra {
         // The earliest arrival time with this whole part, decided as
         // `GcraExact::outcome` decides a denial (without the units an allowed
         // check would report).
-        let past_tolerance = if check.increment.remainder | check.tolerance.remainder == 0 {
-            past_tolerance_whole(whole, now, &check)
-        } else {
-            past_tolerance_exact(whole, now, &check)
-        }?;
+        if check.increment.remainder | check.tolerance.remainder == 0 {
+            return deny_whole(policy, whole, now, &check);
+        }
+        let past_tolerance = past_tolerance_exact(whole, now, &check)?;
         // The latest lies (quota - 1) / quota of a nanosecond later, and so
         // does its distance past the tolerance, unless now is later than both.
         if whole >= now && !latest_rounds_alike(past_tolerance, check.quota) {
@@ -1062,6 +1080,34 @@ mod tests {
                 past_tolerance_whole(whole, now, &check),
                 past_tolerance_exact(whole, now, &check)
             );
+        }
+
+        /// The whole-nanosecond lock-free denial is the general one: the
+        /// exact distance past the tolerance, withheld when the latest
+        /// arrival time with this whole part would round to another
+        /// millisecond. Arrival times on whole milliseconds past the
+        /// tolerance included, where the two differ if either is wrong.
+        #[test]
+        fn whole_nanosecond_lock_free_denial_is_the_general_one(
+            (policy, check) in policy_and_check(),
+            (offset, tat_ahead_ns) in arrival_offsets(),
+            past_whole_ms in 0u64..5,
+            on_a_milli in proptest::prelude::any::<bool>(),
+            now_ms in 0u64..1_000,
+        ) {
+            proptest::prop_assume!(check.increment.remainder | check.tolerance.remainder == 0);
+            let now = now_ms * MS;
+            let whole = if on_a_milli {
+                // Lands exactly `past_whole_ms` whole milliseconds past the tolerance.
+                (now + check.tolerance.whole + past_whole_ms * MS)
+                    .saturating_sub(check.increment.whole)
+            } else {
+                arrival_time(now, &check, offset, tat_ahead_ns)
+            };
+            let general = past_tolerance_exact(whole, now, &check)
+                .filter(|past| whole < now || latest_rounds_alike(*past, check.quota))
+                .map(|past| denial_for(policy.burst_capacity(), past.ceil_millis()));
+            proptest::prop_assert_eq!(deny_whole(&policy, whole, now, &check), general);
         }
 
         /// What the lock-free denial's shortcut for allowed checks passes,
