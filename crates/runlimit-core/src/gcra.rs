@@ -511,11 +511,60 @@ mod tests {
         }
     }
 
+    /// Where [`outcome_and_definition`] puts `ahead`: `share` thousandths of
+    /// the tolerance, with the remainder zeroed or taken from `remainder_seed`.
+    #[derive(Debug, Clone, Copy)]
+    struct AheadShape {
+        share: u64,
+        remainder_seed: u64,
+        whole: bool,
+    }
+
+    type Outcome = Result<(u64, Duration), Duration>;
+
+    /// `check.outcome(ahead)` for an `ahead` of the given shape, and the
+    /// outcome by definition in 128-bit rationals: the units left are
+    /// `floor((tolerance - ahead) × quota / period)` (at most the burst), the
+    /// reset and retry times round up to whole milliseconds.
+    fn outcome_and_definition<const UNITS_PER_MILLI: u64>(
+        check: &GcraExact<UNITS_PER_MILLI>,
+        period_ms: u64,
+        shape: AheadShape,
+    ) -> (Outcome, Outcome) {
+        let quota = u128::from(check.quota);
+        // Durations as counts of 1/quota clock units.
+        let tolerance =
+            u128::from(check.tolerance.whole) * quota + u128::from(check.tolerance.remainder);
+        let mut scaled_ahead = tolerance * u128::from(shape.share) / 1_000;
+        if shape.whole {
+            scaled_ahead -= scaled_ahead % quota;
+        } else {
+            scaled_ahead += u128::from(shape.remainder_seed) % quota;
+        }
+        let ahead = Exact::<UNITS_PER_MILLI> {
+            whole: u64::try_from(scaled_ahead / quota).expect("below the tolerance's 110%"),
+            remainder: u64::try_from(scaled_ahead % quota).expect("below the quota"),
+        };
+        let ceil_millis = |scaled: u128| {
+            let per_milli = quota * u128::from(UNITS_PER_MILLI);
+            Duration::from_millis(u64::try_from(scaled.div_ceil(per_milli)).expect("fits"))
+        };
+        let expected = if scaled_ahead > tolerance {
+            Err(ceil_millis(scaled_ahead - tolerance))
+        } else {
+            let period = u128::from(period_ms) * u128::from(UNITS_PER_MILLI);
+            let remaining = (tolerance - scaled_ahead) / period;
+            Ok((
+                u64::try_from(remaining.min(u128::from(check.burst_capacity))).expect("fits"),
+                ceil_millis(scaled_ahead),
+            ))
+        };
+        (check.outcome(ahead), expected)
+    }
+
     proptest::proptest! {
-        /// Every allowed and denied outcome, whole or not, against the
-        /// definition in 128-bit rationals: the units left are
-        /// `floor((tolerance - ahead) × quota / period)` (at most the burst),
-        /// the reset and retry times round up to whole milliseconds.
+        /// Every allowed and denied outcome, whole or not, in both clock
+        /// units, is the one [`outcome_and_definition`] defines.
         #[test]
         fn outcomes_match_the_definition(
             quota in proptest::prop_oneof![1u64..=10, 1u64..=crate::MAX_LIMIT],
@@ -534,36 +583,14 @@ mod tests {
             ) else {
                 return Ok(());
             };
-            let check = GcraNanos::new(&policy, 1);
-            let quota = u128::from(quota);
-            // `ahead` as a count of 1/quota nanoseconds, up to 110% of the tolerance.
-            let tolerance = u128::from(check.tolerance.whole) * quota
-                + u128::from(check.tolerance.remainder);
-            let mut scaled_ahead = tolerance * u128::from(ahead_share) / 1_000;
-            if whole_ahead {
-                scaled_ahead -= scaled_ahead % quota;
-            } else {
-                scaled_ahead += u128::from(remainder_seed) % quota;
-            }
-            let ahead = ExactNanos {
-                whole: u64::try_from(scaled_ahead / quota).expect("below the tolerance's 110%"),
-                remainder: u64::try_from(scaled_ahead % quota).expect("below the quota"),
-            };
-            let ceil_millis = |scaled: u128| {
-                let per_milli = quota * 1_000_000;
-                Duration::from_millis(u64::try_from(scaled.div_ceil(per_milli)).expect("fits"))
-            };
-            let expected = if scaled_ahead > tolerance {
-                Err(ceil_millis(scaled_ahead - tolerance))
-            } else {
-                let period = u128::from(period_ms) * 1_000_000;
-                let remaining = (tolerance - scaled_ahead) / period;
-                Ok((
-                    u64::try_from(remaining.min(u128::from(policy.burst_capacity()))).expect("fits"),
-                    ceil_millis(scaled_ahead),
-                ))
-            };
-            proptest::prop_assert_eq!(check.outcome(ahead), expected);
+            let shape = AheadShape { share: ahead_share, remainder_seed, whole: whole_ahead };
+            let (nanos, expected) =
+                outcome_and_definition(&GcraNanos::new(&policy, 1), period_ms, shape);
+            proptest::prop_assert_eq!(nanos, expected);
+            // The clock unit of PostgreSQL and Redis.
+            let (micros, expected) =
+                outcome_and_definition(&GcraMicros::new(&policy, 1), period_ms, shape);
+            proptest::prop_assert_eq!(micros, expected);
         }
 
         #[test]

@@ -553,9 +553,26 @@ fn past_tolerance_whole(whole: u64, now: u64, check: &GcraNanos) -> Option<Exact
     (ahead > check.tolerance.whole).then(|| ExactNanos::from_whole(ahead - check.tolerance.whole))
 }
 
-/// [`Gcra::deny_from_words`] for a check whose increment and tolerance are
-/// whole (see [`evaluate_whole`]): the same answer (property-tested) with
-/// one division into whole milliseconds where the general path rounds twice.
+/// [`Gcra::deny_from_words`] for any check, once the allowed shortcut has
+/// passed it on: the denial of the earliest arrival time with this whole
+/// part, when the latest rounds to the same millisecond.
+#[inline(always)]
+fn deny_exact(policy: &GcraPolicy, whole: u64, now: u64, check: &GcraNanos) -> Option<Denial> {
+    let past_tolerance = past_tolerance_exact(whole, now, check)?;
+    // The latest lies (quota - 1) / quota of a nanosecond later, and so
+    // does its distance past the tolerance, unless now is later than both.
+    if whole >= now && !latest_rounds_alike(past_tolerance, check.quota) {
+        return None;
+    }
+    Some(denial_for(
+        policy.burst_capacity(),
+        past_tolerance.ceil_millis(),
+    ))
+}
+
+/// [`deny_exact`] for a check whose increment and tolerance are whole (see
+/// [`evaluate_whole`]): the same answer (property-tested) with one division
+/// into whole milliseconds where the general path rounds twice.
 #[inline(always)]
 fn deny_whole(policy: &GcraPolicy, whole: u64, now: u64, check: &GcraNanos) -> Option<Denial> {
     let past = past_tolerance_whole(whole, now, check)?.whole;
@@ -668,18 +685,10 @@ impl Engine for Gcra {
         // `GcraExact::outcome` decides a denial (without the units an allowed
         // check would report).
         if check.increment.remainder | check.tolerance.remainder == 0 {
-            return deny_whole(policy, whole, now, &check);
+            deny_whole(policy, whole, now, &check)
+        } else {
+            deny_exact(policy, whole, now, &check)
         }
-        let past_tolerance = past_tolerance_exact(whole, now, &check)?;
-        // The latest lies (quota - 1) / quota of a nanosecond later, and so
-        // does its distance past the tolerance, unless now is later than both.
-        if whole >= now && !latest_rounds_alike(past_tolerance, check.quota) {
-            return None;
-        }
-        Some(denial_for(
-            policy.burst_capacity(),
-            past_tolerance.ceil_millis(),
-        ))
     }
 
     fn deadline(state: &GcraState) -> u64 {
@@ -1104,10 +1113,10 @@ mod tests {
             } else {
                 arrival_time(now, &check, offset, tat_ahead_ns)
             };
-            let general = past_tolerance_exact(whole, now, &check)
-                .filter(|past| whole < now || latest_rounds_alike(*past, check.quota))
-                .map(|past| denial_for(policy.burst_capacity(), past.ceil_millis()));
-            proptest::prop_assert_eq!(deny_whole(&policy, whole, now, &check), general);
+            proptest::prop_assert_eq!(
+                deny_whole(&policy, whole, now, &check),
+                deny_exact(&policy, whole, now, &check)
+            );
         }
 
         /// What the lock-free denial's shortcut for allowed checks passes,
