@@ -71,8 +71,35 @@ pub struct PeerConnection {
 
 impl PeerConnection {
     /// A connection from `address`, keeping no keys yet. `axum::serve` makes
-    /// one per accepted connection; tests can insert one with
-    /// `axum::extract::connect_info::MockConnectInfo`.
+    /// one per accepted connection; tests without a server can provide one
+    /// with `axum::extract::connect_info::MockConnectInfo`, layered outside
+    /// the rate-limit layer:
+    ///
+    /// ```
+    /// use axum::{Router, extract::connect_info::MockConnectInfo, routing::get};
+    /// use runlimit_axum::{PeerConnection, PeerIp, RateLimitLayer};
+    /// use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
+    /// use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+    /// use std::{net::SocketAddr, time::Duration};
+    ///
+    /// let hasher = KeyHasher::new(b"load a 32+ byte secret from secret storage")?;
+    /// let per_client = FixedWindowPolicy::new(
+    ///     PolicyId::new("api")?,
+    ///     ScopeId::new("client")?,
+    ///     100,
+    ///     Duration::from_secs(60),
+    /// )?;
+    /// let store = MemoryStore::new(MemoryStoreConfig::new(10_000)?);
+    /// let app: Router = Router::new()
+    ///     .route("/", get(|| async { "hello" }))
+    ///     .layer(RateLimitLayer::new(store).check(per_client, PeerIp::new(&hasher)))
+    ///     .layer(MockConnectInfo(PeerConnection::new(SocketAddr::from((
+    ///         [192, 0, 2, 1],
+    ///         40_000,
+    ///     )))));
+    /// # let _ = app;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn new(address: SocketAddr) -> Self {
         Self {

@@ -11,7 +11,7 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, connect_info::MockConnectInfo};
 use http::request::Parts;
 use runlimit_core::{KeyHasher, Policy, PolicyFingerprint, PreparedKeyHasher, SubjectKey};
 
@@ -81,7 +81,9 @@ pub enum PrefixError {
 /// Keys a check on the TCP peer's address, from axum's
 /// `ConnectInfo<PeerConnection>` (serve with
 /// `into_make_service_with_connect_info::<PeerConnection>()`) or
-/// `ConnectInfo<SocketAddr>`.
+/// `ConnectInfo<SocketAddr>`, found wherever axum's `ConnectInfo` extractor
+/// finds it: a `MockConnectInfo` layer outside the rate-limit layer provides
+/// it as well.
 ///
 /// With a [`PeerConnection`], each connection derives its key once and its
 /// later requests reuse it; with a bare `SocketAddr`, every request derives
@@ -171,10 +173,26 @@ impl SmallSubject {
     }
 }
 
+/// The connection information of type `T` wherever axum's own `ConnectInfo`
+/// extractor finds it: the `ConnectInfo<T>` that serving with connect info
+/// inserts, or else the value a `MockConnectInfo<T>` layer provides to tests
+/// and to servers that accept connections themselves.
+fn connect_info<T: Clone + Send + Sync + 'static>(parts: &Parts) -> Option<&T> {
+    parts
+        .extensions
+        .get::<ConnectInfo<T>>()
+        .map(|ConnectInfo(info)| info)
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<MockConnectInfo<T>>()
+                .map(|MockConnectInfo(info)| info)
+        })
+}
+
 impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {
     fn extract(&self, parts: &Parts, policy: &P) -> Result<SubjectKey, MissingMetadata> {
-        if let Some(ConnectInfo(connection)) = parts.extensions.get::<ConnectInfo<PeerConnection>>()
-        {
+        if let Some(connection) = connect_info::<PeerConnection>(parts) {
             let subject = || self.subject(connection.address().ip());
             return Ok(match self.hashing.prepared_for(policy) {
                 Some(prepared) => connection.key(prepared.deriver, || {
@@ -183,13 +201,9 @@ impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {
                 None => self.hashing.hash(policy, subject().as_bytes()),
             });
         }
-        let ConnectInfo(peer) =
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .ok_or(MissingMetadata::new(
-                    "peer address (ConnectInfo<PeerConnection> or ConnectInfo<SocketAddr>)",
-                ))?;
+        let peer = connect_info::<SocketAddr>(parts).ok_or(MissingMetadata::new(
+            "peer address (ConnectInfo<PeerConnection> or ConnectInfo<SocketAddr>)",
+        ))?;
         Ok(self
             .hashing
             .hash(policy, self.subject(peer.ip()).as_bytes()))

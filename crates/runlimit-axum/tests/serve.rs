@@ -1,6 +1,7 @@
 //! The layer in a real `axum::serve` on loopback, driven over TCP: a
 //! password-reset form keyed on the TCP peer and, from the capped body, on
-//! the recipient it names.
+//! the recipient it names. And the peer as tests give it without a server,
+//! through axum's `MockConnectInfo`.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -174,4 +175,59 @@ async fn keys_kept_per_connection_still_count_every_connection_of_a_peer_togethe
     assert_eq!(get_on(&mut second).await, "HTTP/1.1 429 Too Many Requests");
     assert_eq!(get_on(&mut first).await, "HTTP/1.1 429 Too Many Requests");
     server.abort();
+}
+
+/// Sends a GET through `app` without a socket and returns its status.
+async fn status_of(app: &Router) -> http::StatusCode {
+    use tower::ServiceExt;
+    let request = http::Request::get("/")
+        .body(axum::body::Body::empty())
+        .expect("request");
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("infallible")
+        .status()
+}
+
+#[tokio::test]
+async fn a_router_under_mock_connect_info_is_keyed_on_the_mocked_peer() {
+    use axum::extract::connect_info::MockConnectInfo;
+    use runlimit_axum::PeerConnection;
+
+    // The test tip `PeerConnection::new` documents: no server, the peer
+    // given by axum's `MockConnectInfo`, as its `ConnectInfo` extractor
+    // would find it.
+    let hasher = KeyHasher::new(b"serve test secret of at least 32 bytes").expect("valid");
+    let limiter = Arc::new(MemoryStore::new(
+        MemoryStoreConfig::new(100).expect("valid"),
+    ));
+    let peer = |last: u8| SocketAddr::from(([192, 0, 2, last], 40_000));
+    let limited = || {
+        Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .layer(
+                RateLimitLayer::from_shared(Arc::clone(&limiter))
+                    .check(policy("client", 2), PeerIp::new(&hasher)),
+            )
+    };
+    let first = limited().layer(MockConnectInfo(PeerConnection::new(peer(1))));
+    assert_eq!(status_of(&first).await, http::StatusCode::OK);
+    assert_eq!(status_of(&first).await, http::StatusCode::OK);
+    assert_eq!(status_of(&first).await, http::StatusCode::TOO_MANY_REQUESTS);
+    // A mocked bare `SocketAddr` works too, and another peer has its own
+    // quota; the same peer mocked either way shares one.
+    let second = limited().layer(MockConnectInfo(peer(2)));
+    assert_eq!(status_of(&second).await, http::StatusCode::OK);
+    let first_again = limited().layer(MockConnectInfo(peer(1)));
+    assert_eq!(
+        status_of(&first_again).await,
+        http::StatusCode::TOO_MANY_REQUESTS
+    );
+    // Without connect info of either kind the peer is missing metadata,
+    // answered as a server error and never admitted unkeyed.
+    assert_eq!(
+        status_of(&limited()).await,
+        http::StatusCode::INTERNAL_SERVER_ERROR
+    );
 }
