@@ -4,8 +4,9 @@
 # local run means the same thing as a green CI run.
 #
 # Usage:
-#   scripts/test.sh           full gate: fmt, clippy, tests, docs, external
-#                             consumer check, and the demo once it exists
+#   scripts/test.sh           full gate: fmt, clippy (with incompatible_msrv
+#                             against rust-version), cargo-deny, tests, docs,
+#                             external consumer check, and the demo
 #   scripts/test.sh --quick   local iteration: skips clippy and rustdoc (the two
 #                             slowest steps that only report lint-level issues)
 #
@@ -91,6 +92,22 @@ if [[ $quick -eq 0 ]]; then
 else
     echo
     echo "==> (--quick) skipping cargo clippy"
+fi
+
+# The dependency graph's licenses, duplicate crates and sources, against
+# deny.toml. Advisories need the RustSec database from the network, so only
+# the public workflow checks them. CI must run this; a developer without
+# cargo-deny gets a note instead.
+if cargo deny --version >/dev/null 2>&1; then
+    step "cargo deny check licenses bans sources"
+    cargo deny --locked check licenses bans sources
+elif [[ "${CI:-}" == true || "${RUNLIMIT_REQUIRE_SERVICES:-}" == 1 ]]; then
+    step "cargo deny check licenses bans sources"
+    echo "cargo-deny is not installed (cargo install --locked cargo-deny)" >&2
+    exit 1
+else
+    echo
+    echo "==> skipping cargo deny: not installed (cargo install --locked cargo-deny)"
 fi
 
 # Plain `cargo test`: tests that need PostgreSQL or Redis print their own skip
