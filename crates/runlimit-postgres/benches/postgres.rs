@@ -42,10 +42,10 @@ enum Workload {
     Upsert,
     Check,
     /// A single check sent as the general (batch) function of one element,
-    /// as single checks were before migration 9: a baseline of
+    /// as single checks were once sent: a baseline of
     /// `-- fast-path`.
     GeneralCheck,
-    /// A single check sent as the row-lock function of migration 9, as
+    /// A single check sent as the row-lock function `runlimit_check_fixed_window`, as
     /// single checks were before they were admitted by one `UPDATE`: the
     /// other baseline of `-- fast-path`.
     RowLockCheck,
@@ -489,9 +489,9 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
 }
 
 /// Single checks of existing rows at 32 tasks: through the limiter (one
-/// `UPDATE` admitting in place), sent as the row-lock function of migration 9
-/// (what the limiter sent before) and as the general batch function of one
-/// element (what it sent before migration 9), with a bare `UPDATE` of the
+/// `UPDATE` admitting in place), sent as the row-lock function
+/// `runlimit_check_fixed_window` and as the general batch function of one
+/// element (the two ways the limiter once sent them), with a bare `UPDATE` of the
 /// same row for reference.
 async fn fast_path_against_general(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
     rotate_against_floor(

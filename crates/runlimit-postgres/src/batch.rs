@@ -8,7 +8,7 @@
 //! the statement counts the rows it updated: when it updated them all, the
 //! batch is admitted. Otherwise (a denial, a window to anchor anew, a
 //! counter without a row, a row changed while the update waited for it) the
-//! same statement calls `runlimit_settle_fixed_windows` (migration 12),
+//! same statement calls `runlimit_settle_fixed_windows`,
 //! which takes back what the update added to the rows it did update (the
 //! rows whose version the transaction wrote), denies
 //! the batch from the rows as last committed if one is full (without a

@@ -67,14 +67,14 @@
 //! takes itself, decided on a clock read with the row version it writes
 //! over (read again if the update waited for the row). A denial, a window
 //! that has ended, or a counter without a row updates nothing and is decided
-//! in the same statement by `runlimit_check_fixed_window`, which (since
-//! migration 11) denies a full window from the row as last committed,
+//! in the same statement by `runlimit_check_fixed_window`, which
+//! denies a full window from the row as last committed,
 //! without its lock (a denial changes nothing, so the snapshot it read
 //! orders it), and locks the row for anything else, anchoring a new window
 //! over one that has ended.
 //!
 //! A fixed-window batch of two to eight checks is one statement of the same
-//! kind (migration 12): it takes the batch's advisory locks in ascending
+//! kind: it takes the batch's advisory locks in ascending
 //! order first, then one `UPDATE` adds each check's cost to its row where
 //! the window is live with room. When every row was updated the batch is
 //! admitted; otherwise the same statement calls
@@ -199,8 +199,7 @@
 //! migrations in one `_sqlx_migrations` table; every migrator sharing it must do
 //! the same. [`MIGRATOR`] keeps SQLx's strict default for databases Runlimit owns
 //! alone. Applications that must keep a strict migrator of their own can vendor
-//! the exact statements ([`CREATE_RUNLIMIT_FIXED_WINDOWS_SQL`] and the other
-//! `*_SQL` constants) as their own migrations.
+//! the bundled schema, [`SCHEMA`], as their own migrations, in its order.
 //!
 //! # Durability
 //!
@@ -235,15 +234,5 @@ pub use config::{
 };
 pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
-pub use migrate::{
-    ADMIT_FIXED_WINDOW_BATCHES_IN_PLACE_SQL, BOUND_RUNLIMIT_FIXED_WINDOW_CARDINALITY_SQL,
-    CHECK_COUNTER_COLUMNS_THROUGH_DOMAINS_SQL, CREATE_RUNLIMIT_FIXED_WINDOWS_SQL,
-    CREATE_RUNLIMIT_FUNCTIONS_SQL, CREATE_RUNLIMIT_GCRA_SQL,
-    CREATE_RUNLIMIT_LIFECYCLE_FUNCTIONS_SQL, CREATE_RUNLIMIT_SLIDING_WINDOWS_SQL,
-    DECIDE_SINGLE_CHECKS_UNDER_THE_ROW_LOCK_SQL,
-    DECIDE_SINGLE_GCRA_AND_SLIDING_CHECKS_UNDER_THE_ROW_LOCK_SQL,
-    DENY_FULL_FIXED_WINDOWS_WITHOUT_THE_ROW_LOCK_SQL, KEEP_RUNLIMIT_LEDGER_EXACT_ON_TRUNCATE_SQL,
-    MIGRATOR, READ_CAPACITY_SHARDS_FROM_COUNTER_KEYS_SQL,
-    SET_RUNLIMIT_FIXED_WINDOWS_FILLFACTOR_SQL, migrate,
-};
+pub use migrate::{MIGRATOR, SCHEMA, SchemaMigration, migrate};
 pub use pool::pool_options;

@@ -6,16 +6,15 @@
 //! to the count and changes nothing else: the row's lock, taken by the
 //! update itself, orders the admission with every other operation on the
 //! counter, exactly as the row lock of `runlimit_check_fixed_window`
-//! (migration 9) does, without that function's separate locking read, its
+//! does, without that function's separate locking read, its
 //! second statement and the call into PL/pgSQL. Everything else (a denial,
 //! a window to anchor anew over an expired one, a counter without a row, a
 //! row changed or deleted while the update waited for it) updates nothing
-//! and is decided, in the same statement, by `runlimit_check_fixed_window`,
-//! which replicas of earlier versions still call directly. Since migration
-//! 11 that function denies a full window from the row as last committed,
+//! and is decided, in the same statement, by `runlimit_check_fixed_window`.
+//! That function denies a full window from the row as last committed,
 //! without its lock, so a denial writes nothing at all (no row lock, no
 //! transaction id, no write-ahead-log flush at commit); anything else it
-//! decides under the row lock as before.
+//! decides under the row lock.
 //!
 //! The update leaves the window's end as it is, so it writes only what a
 //! bare increment of the count writes. Anchoring a new window is left to the
@@ -59,7 +58,7 @@
 /// fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
 /// composite result is computed once and then taken apart. The update
 /// returns the count as a plain `bigint` (the column's type is a domain over
-/// it, migration 14), so the admitted branch has the union's column types
+/// it), so the admitted branch has the union's column types
 /// and PostgreSQL scans it without a projection node of its own.
 pub(crate) const CHECK_FIXED_WINDOW: &str = "\
 WITH admitted AS (

@@ -67,6 +67,64 @@ async fn migrations_coexist_with_host_migrations_and_rerun_idempotently() {
 }
 
 #[tokio::test]
+async fn the_vendored_schema_applied_in_order_serves_every_algorithm() {
+    let Some(schema) = common::schema("vendored").await else {
+        return;
+    };
+    let pool = schema.pool(1).await;
+    // As a host's own migrator would: each statement set in its own
+    // transaction, in the slice's order, with no `_sqlx_migrations` of ours.
+    for migration in runlimit_postgres::SCHEMA {
+        let mut transaction = pool.begin().await.expect("begin");
+        sqlx::raw_sql(migration.sql)
+            .execute(&mut *transaction)
+            .await
+            .expect("vendored migration");
+        transaction.commit().await.expect("commit");
+    }
+    let recorded: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(&pool)
+        .await
+        .expect("catalog");
+    assert!(!recorded);
+    let window = policy("vendored", 2, Duration::from_secs(60));
+    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
+    let check = Check::new(&window, key(9, 1));
+    assert_eq!(
+        fixed.check(&check).await.expect("check").remaining(),
+        Some(1)
+    );
+    assert_eq!(
+        fixed.check(&check).await.expect("check").remaining(),
+        Some(0)
+    );
+    assert!(fixed.check(&check).await.expect("check").is_denied());
+    let gcra_policy = GcraPolicy::new(
+        PolicyId::new("vendored").expect("valid"),
+        ScopeId::new("gcra").expect("valid"),
+        1,
+        Duration::from_secs(60),
+        1,
+    )
+    .expect("valid");
+    let gcra = PostgresLimiter::<GcraPolicy>::new(pool.clone(), fast_config());
+    let check = Check::new(&gcra_policy, key(9, 2));
+    assert!(gcra.check(&check).await.expect("check").is_allowed());
+    assert!(gcra.check(&check).await.expect("check").is_denied());
+    let sliding_policy = SlidingWindowPolicy::new(
+        PolicyId::new("vendored").expect("valid"),
+        ScopeId::new("sliding").expect("valid"),
+        1,
+        Duration::from_secs(60),
+    )
+    .expect("valid");
+    let sliding = PostgresLimiter::<SlidingWindowPolicy>::new(pool.clone(), fast_config());
+    let check = Check::new(&sliding_policy, key(9, 3));
+    assert!(sliding.check(&check).await.expect("check").is_allowed());
+    assert!(sliding.check(&check).await.expect("check").is_denied());
+}
+
+#[tokio::test]
 async fn a_hostile_clock_on_the_search_path_has_no_effect() {
     let Some(schema) = common::schema("hostile").await else {
         return;
@@ -589,77 +647,6 @@ async fn the_counter_tables_refuse_malformed_rows() {
     .await
     .expect("rows");
     assert_eq!(stored, (0, 0, 9));
-}
-
-#[tokio::test]
-async fn moving_the_column_checks_to_domains_rewrites_no_table() {
-    let Some(schema) = common::schema("domains_upgrade").await else {
-        return;
-    };
-    let pool = schema.pool(1).await;
-    // A schema as the thirteenth migration left it, with a stored counter.
-    let mut earlier = sqlx::migrate::Migrator {
-        migrations: MIGRATOR
-            .iter()
-            .filter(|migration| migration.version < 20260101000014)
-            .cloned()
-            .collect(),
-        ..sqlx::migrate::Migrator::DEFAULT
-    };
-    earlier.set_ignore_missing(true);
-    earlier.run(&pool).await.expect("migrations 1 to 13");
-    let window = policy("upgraded", 5, Duration::from_secs(3_600));
-    let other = policy("upgraded_too", 5, Duration::from_secs(3_600));
-    let check = Check::new(&window, key(3, 1));
-    let batch = [check, Check::new(&other, key(3, 1))];
-    let fixed = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), fast_config());
-    // This version's statements run on the earlier schema: a new counter
-    // (the fallback), then a stored one (the update in place), alone and in
-    // a batch, so replicas may upgrade before the migration runs.
-    assert!(fixed.check(&check).await.expect("check").is_allowed());
-    assert_eq!(
-        fixed.check(&check).await.expect("check").remaining(),
-        Some(3)
-    );
-    assert!(fixed.check_all(&batch).await.expect("batch").is_allowed());
-    assert!(fixed.check_all(&batch).await.expect("batch").is_allowed());
-    assert_eq!(
-        fixed.check(&check).await.expect("check").remaining(),
-        Some(0)
-    );
-    let files = "SELECT ARRAY[pg_catalog.pg_relation_filenode(t), \
-                 pg_catalog.pg_relation_filenode(t || '_pkey'), \
-                 pg_catalog.pg_relation_filenode(t || '_expiry')]::bigint[] \
-                 FROM unnest(ARRAY['runlimit_fixed_windows', 'runlimit_gcra', \
-                 'runlimit_sliding_windows']) AS t";
-    let before: Vec<Vec<i64>> = sqlx::query_scalar(files)
-        .fetch_all(&pool)
-        .await
-        .expect("files");
-
-    runlimit_postgres::migrate(&pool)
-        .await
-        .expect("migration 14");
-    let after: Vec<Vec<i64>> = sqlx::query_scalar(files)
-        .fetch_all(&pool)
-        .await
-        .expect("files");
-    assert_eq!(after, before, "no table or index was rewritten");
-    // The stored counters carry on, and the checks hold for new values.
-    assert!(fixed.check(&check).await.expect("check").is_denied());
-    assert_eq!(
-        fixed
-            .check(&Check::new(&other, key(3, 1)))
-            .await
-            .expect("check")
-            .remaining(),
-        Some(2)
-    );
-    assert!(refused_by_a_check(
-        sqlx::query("UPDATE runlimit_fixed_windows SET used = -1")
-            .execute(&pool)
-            .await
-    ));
 }
 
 #[tokio::test]

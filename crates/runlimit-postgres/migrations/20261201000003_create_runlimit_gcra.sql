@@ -1,21 +1,48 @@
--- Refunds, peeks' companions and resets: one statement each, with the lock
--- order, clock and durability rules of admission (see
--- 20260101000005_create_runlimit_functions.sql).
+-- GCRA: the state table, its capacity ledger rows and ledger triggers, and
+-- its functions (batch and single admission, refund, reset, cleanup). Built
+-- on the foundations migration: the column domains, the ledger and its
+-- trigger functions, and the shared prologue, capacity, cleanup and reset
+-- steps.
+
+-- GCRA state: the theoretical arrival time as whole microseconds since the Unix
+-- epoch plus a remainder in units of 1/quota microsecond, so replenishment is
+-- exact. A row expires (its full burst has replenished) at `expires_at`.
 --
--- GCRA rows gain a version: refunds compare it with the version their
--- receipt recorded, a refund that credits an admission later ones queued
--- behind changes it, and a row created anew (after a reset deleted the old
--- one) starts from the creation time in microseconds, a version no receipt
--- of the old row carries. Fixed windows need none: a receipt names its
--- window by its expiry, which a renewal, a re-anchoring refund and a new row
--- all change.
-ALTER TABLE runlimit_gcra ADD COLUMN version bigint NOT NULL DEFAULT 0;
+-- Rows carry a version: refunds compare it with the version their receipt
+-- recorded, a refund that credits an admission later ones queued behind
+-- changes it, and a row created anew (after a reset deleted the old one)
+-- starts from the creation time in microseconds, a version no receipt of the
+-- old row carries.
+CREATE TABLE runlimit_gcra (
+    counter_key runlimit_counter_key PRIMARY KEY,
+    tat_us bigint NOT NULL,
+    tat_rem runlimit_nonnegative_bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    version bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 80);
 
--- Admission also reports what a receipt needs: the clock sample and the
--- row's version. Older replicas select the columns they know by name, so
--- they keep working during a rolling deployment.
-DROP FUNCTION runlimit_check_gcra(bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], integer, integer, boolean);
+CREATE INDEX runlimit_gcra_expiry ON runlimit_gcra (expires_at);
 
+INSERT INTO runlimit_capacity_ledger (counter_table, shard, used)
+SELECT 'gcra', shard, 0 FROM generate_series(0, 255) AS shard;
+
+CREATE TRIGGER runlimit_gcra_count_inserts
+    AFTER INSERT ON runlimit_gcra
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_inserts('gcra');
+
+CREATE TRIGGER runlimit_gcra_count_deletes
+    AFTER DELETE ON runlimit_gcra
+    REFERENCING OLD TABLE AS deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_deletes('gcra');
+
+CREATE TRIGGER runlimit_gcra_count_truncate
+    AFTER TRUNCATE ON runlimit_gcra
+    FOR EACH STATEMENT EXECUTE FUNCTION runlimit_ledger_count_truncate('gcra');
+
+-- Admission of a batch, the general path: advisory locks, then the rows
+-- under their locks, then the capacity ledger for new rows. Each check also
+-- reports what a receipt needs: the clock sample and the row's version.
 CREATE FUNCTION runlimit_check_gcra(
     p_keys bytea[],
     p_lock_ids bigint[],
@@ -49,20 +76,9 @@ DECLARE
     v_row record;
     v_base_us bigint;
     v_base_rem bigint;
-    v_denied boolean := false;
-    v_new boolean[] := '{}';
-    v_refused boolean[];
     i integer;
 BEGIN
-    PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    IF p_relaxed_durability THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(ids.lock_id)
-    FROM pg_catalog.unnest(p_lock_ids) WITH ORDINALITY AS ids(lock_id, position)
-    ORDER BY ids.position;
-
-    v_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
+    v_now_us := runlimit_begin(p_lock_ids, p_lock_timeout_ms, p_relaxed_durability);
 
     FOR i IN 1..v_count LOOP
         SELECT g.tat_us, g.tat_rem, g.version INTO v_row
@@ -91,27 +107,14 @@ BEGIN
         IF v_ahead_us[i] > p_tolerance_us[i]
             OR (v_ahead_us[i] = p_tolerance_us[i] AND v_ahead_rem[i] > p_tolerance_rem[i]) THEN
             v_outcome[i] := 1;
-            v_denied := true;
         ELSE
             v_outcome[i] := 0;
         END IF;
     END LOOP;
 
-    -- Rows for new counters need room in their capacity shard.
-    FOR i IN 1..v_count LOOP
-        v_new[i] := NOT v_exists[i] AND v_outcome[i] = 0;
-    END LOOP;
-    IF true = ANY (v_new) THEN
-        v_refused := runlimit_refuse_beyond_capacity('gcra', p_keys, v_new, p_max_rows_per_shard);
-        FOR i IN 1..v_count LOOP
-            IF v_refused[i] THEN
-                v_outcome[i] := 2;
-                v_denied := true;
-            END IF;
-        END LOOP;
-    END IF;
+    v_outcome := runlimit_claim_capacity('gcra', p_keys, v_exists, v_outcome, p_max_rows_per_shard);
 
-    IF NOT v_denied THEN
+    IF 0 = ALL (v_outcome) THEN
         FOR i IN 1..v_count LOOP
             IF v_exists[i] THEN
                 UPDATE runlimit_gcra AS g
@@ -142,65 +145,96 @@ BEGIN
 END;
 $$;
 
--- Refunds of fixed-window admissions. A receipt names its window by the
--- expiry the admission reported and carries the count it left. Credited only
--- while that window is still the live one:
---   * nothing else left in it: the window is forgotten (expired in place; the
---     row keeps its ledger slot until cleanup), as if never admitted;
---   * the refunded check started the window and later ones remain: the
---     window is moved to end one window after now, never earlier than it
---     would have without the refunded check (whose successor started it, at
---     some unknown time before now); the new expiry voids the window's other
---     receipts;
---   * otherwise the cost is subtracted.
-CREATE FUNCTION runlimit_refund_fixed_windows(
-    p_keys bytea[],
-    p_lock_ids bigint[],
-    p_costs bigint[],
-    p_expires_us bigint[],
-    p_used_after bigint[],
-    p_window_us bigint[],
+-- A single GCRA check, by a function returning one row. A check of a
+-- counter that already has a row is decided under that row's lock alone,
+-- as `runlimit_check_fixed_window` does for fixed windows and for the same
+-- reasons: the row lock orders the check with every admission, refund,
+-- reset and cleanup of that counter, and an existing row needs no room in
+-- the capacity ledger. So the function locks the row, then samples the
+-- clock, and decides as the batch function does for one element; a denial
+-- writes nothing. Only when there is no row does it take the general path.
+--
+-- Lock order: this path takes one row lock and nothing after it, so it
+-- never waits for an advisory lock while holding a row. If the row is
+-- deleted while a check waits for its lock, the row is not found and the
+-- general path runs.
+--
+-- It returns the row's stored version, as the general path does for an
+-- existing row (a receipt compares it on refund).
+--
+-- The arrival time starts from the stored one or from now, whichever is
+-- later, plus one increment (whole microseconds and remainder); beyond the
+-- tolerance is a denial.
+CREATE FUNCTION runlimit_check_gcra_counter(
+    p_key bytea,
+    p_lock_id bigint,
+    p_quota bigint,
+    p_increment_us bigint,
+    p_increment_rem bigint,
+    p_tolerance_us bigint,
+    p_tolerance_rem bigint,
+    p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
-    p_relaxed_durability boolean
-) RETURNS TABLE (r_index integer, r_credited boolean)
+    p_relaxed_durability boolean,
+    OUT r_outcome smallint,
+    OUT r_ahead_us bigint,
+    OUT r_ahead_rem bigint,
+    OUT r_now_us bigint,
+    OUT r_version bigint
+)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-    v_now timestamptz;
     v_row record;
-    i integer;
+    v_tat_us bigint;
+    v_tat_rem bigint;
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
     IF p_relaxed_durability THEN
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(ids.lock_id)
-    FROM pg_catalog.unnest(p_lock_ids) WITH ORDINALITY AS ids(lock_id, position)
-    ORDER BY ids.position;
-    v_now := pg_catalog.clock_timestamp();
-
-    FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
-        SELECT w.used, w.window_expires_at INTO v_row
-        FROM runlimit_fixed_windows AS w
-        WHERE w.counter_key = p_keys[i]
-        FOR UPDATE;
-        r_index := i;
-        r_credited := FOUND
-            AND v_row.window_expires_at > v_now
-            AND v_row.used > 0
-            AND (EXTRACT(EPOCH FROM v_row.window_expires_at) * 1000000)::bigint = p_expires_us[i];
-        IF r_credited THEN
-            UPDATE runlimit_fixed_windows AS w
-            SET used = CASE WHEN v_row.used <= p_costs[i] THEN 0 ELSE v_row.used - p_costs[i] END,
-                window_expires_at = CASE
-                    WHEN v_row.used <= p_costs[i] THEN v_now
-                    WHEN p_used_after[i] = p_costs[i] THEN GREATEST(
-                        v_now + p_window_us[i] * interval '1 microsecond', v_row.window_expires_at)
-                    ELSE v_row.window_expires_at
-                END
-            WHERE w.counter_key = p_keys[i];
-        END IF;
-        RETURN NEXT;
-    END LOOP;
+    SELECT g.tat_us, g.tat_rem, g.version INTO v_row
+    FROM runlimit_gcra AS g
+    WHERE g.counter_key = p_key
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        -- A new counter: the general path, with its advisory lock and the
+        -- capacity ledger.
+        SELECT c.r_outcome, c.r_ahead_us, c.r_ahead_rem, c.r_now_us, c.r_version
+        INTO r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version
+        FROM runlimit_check_gcra(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_quota],
+            ARRAY[p_increment_us], ARRAY[p_increment_rem], ARRAY[p_tolerance_us],
+            ARRAY[p_tolerance_rem], p_max_rows_per_shard, p_lock_timeout_ms,
+            p_relaxed_durability) AS c;
+        RETURN;
+    END IF;
+    r_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
+    r_version := v_row.version;
+    -- start = max(stored arrival time, now)
+    IF v_row.tat_us > r_now_us OR (v_row.tat_us = r_now_us AND v_row.tat_rem > 0) THEN
+        v_tat_us := v_row.tat_us + p_increment_us;
+        v_tat_rem := v_row.tat_rem + p_increment_rem;
+    ELSE
+        v_tat_us := r_now_us + p_increment_us;
+        v_tat_rem := p_increment_rem;
+    END IF;
+    IF v_tat_rem >= p_quota THEN
+        v_tat_us := v_tat_us + 1;
+        v_tat_rem := v_tat_rem - p_quota;
+    END IF;
+    r_ahead_us := v_tat_us - r_now_us;
+    r_ahead_rem := v_tat_rem;
+    IF r_ahead_us > p_tolerance_us
+        OR (r_ahead_us = p_tolerance_us AND r_ahead_rem > p_tolerance_rem) THEN
+        r_outcome := 1;
+    ELSE
+        r_outcome := 0;
+        UPDATE runlimit_gcra AS g
+        SET tat_us = v_tat_us,
+            tat_rem = v_tat_rem,
+            expires_at = 'epoch'::timestamptz
+                + (v_tat_us + (v_tat_rem > 0)::integer) * interval '1 microsecond'
+        WHERE g.counter_key = p_key;
+    END IF;
 END;
 $$;
 
@@ -231,14 +265,7 @@ DECLARE
     v_tat_rem bigint;
     i integer;
 BEGIN
-    PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    IF p_relaxed_durability THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(ids.lock_id)
-    FROM pg_catalog.unnest(p_lock_ids) WITH ORDINALITY AS ids(lock_id, position)
-    ORDER BY ids.position;
-    v_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
+    v_now_us := runlimit_begin(p_lock_ids, p_lock_timeout_ms, p_relaxed_durability);
 
     FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
         SELECT g.tat_us, g.tat_rem, g.version INTO v_row
@@ -282,49 +309,20 @@ BEGIN
 END;
 $$;
 
--- Resets: delete the counter (freeing its ledger slot through the delete
--- trigger) and report whether it was live. The advisory lock orders a reset
--- with admissions of the same counter.
-CREATE FUNCTION runlimit_reset_fixed_windows(
-    p_key bytea,
-    p_lock_id bigint,
-    p_lock_timeout_ms integer,
-    p_relaxed_durability boolean
-) RETURNS boolean
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-    v_live boolean;
-BEGIN
-    PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    IF p_relaxed_durability THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
-    DELETE FROM runlimit_fixed_windows AS w
-    WHERE w.counter_key = p_key
-    RETURNING w.window_expires_at > pg_catalog.clock_timestamp() AND w.used > 0 INTO v_live;
-    RETURN coalesce(v_live, false);
-END;
-$$;
-
+-- Reset and bounded cleanup: the shared steps, for this table.
 CREATE FUNCTION runlimit_reset_gcra(
     p_key bytea,
     p_lock_id bigint,
     p_lock_timeout_ms integer,
     p_relaxed_durability boolean
 ) RETURNS boolean
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-    v_live boolean;
-BEGIN
-    PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    IF p_relaxed_durability THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(p_lock_id);
-    DELETE FROM runlimit_gcra AS g
-    WHERE g.counter_key = p_key
-    RETURNING g.expires_at > pg_catalog.clock_timestamp() INTO v_live;
-    RETURN coalesce(v_live, false);
-END;
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    SELECT runlimit_reset_counter('gcra', 'expires_at', p_key, p_lock_id,
+        p_lock_timeout_ms, p_relaxed_durability);
+$$;
+
+CREATE FUNCTION runlimit_cleanup_gcra(p_max_rows integer, p_lock_timeout_ms integer)
+RETURNS bigint
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    SELECT runlimit_cleanup_counters('gcra', 'expires_at', p_max_rows, p_lock_timeout_ms);
 $$;
