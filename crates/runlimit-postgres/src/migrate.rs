@@ -32,11 +32,9 @@ pub struct SchemaMigration {
 /// changes arrive as further entries.
 ///
 /// ```
-/// // Write each migration where the host's migrator reads its own.
-/// for migration in runlimit_postgres::SCHEMA {
-///     let file = format!("{}_{}.sql", migration.version, migration.description.replace(' ', "_"));
-///     assert!(file.ends_with(".sql") && !migration.sql.is_empty());
-/// }
+/// // Applied in the slice's order, which is the order of their versions.
+/// let versions: Vec<i64> = runlimit_postgres::SCHEMA.iter().map(|m| m.version).collect();
+/// assert!(versions.windows(2).all(|pair| pair[0] < pair[1]));
 /// ```
 pub const SCHEMA: &[SchemaMigration] = &[
     SchemaMigration {
