@@ -134,8 +134,9 @@ external_target_dir="${CARGO_TARGET_DIR:-target}/external-consumer"
 step "cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir $external_target_dir"
 cargo check --manifest-path smoke/external-consumer/Cargo.toml --locked --target-dir "$external_target_dir"
 
-# The README's complete programs must also behave as written, not just compile.
-step "run the README examples in smoke/external-consumer"
+# The documented complete programs (the README's and the memory crate docs')
+# must also behave as written, not just compile.
+step "run the documented programs in smoke/external-consumer"
 RUNLIMIT_KEY_SECRET="smoke-test secret of at least 32 bytes" \
     cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin memory_backend

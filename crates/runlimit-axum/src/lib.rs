@@ -46,6 +46,16 @@
 )]
 //! with `RESOURCE_EXHAUSTED` and retry metadata.
 //!
+//! # Response fields
+//!
+//! Responses carry `RateLimit-Policy` and `RateLimit` for the disclosed
+//! policies (or, with [`ResponseFields`], legacy `X-RateLimit-*`, or both),
+//! the two draft fields always listing the same policies in the same order.
+//! Policies are disclosed by default, since the fields tell a client about its
+//! own quota; withhold those keyed on something a caller names (the account a
+//! login tries) with [`RateLimitLayer::withhold_fields`]. Enforced quota and
+//! capacity denials answer before the inner service is called.
+//!
 //! # Trusted proxies
 //!
 //! Behind a reverse proxy the TCP peer is the proxy. Only the application knows

@@ -21,6 +21,20 @@
 //! [`KeyHasher::prepared_for`]: the [`PreparedKeyHasher`] it returns derives the
 //! same keys, starting from an HMAC state that has already absorbed that
 //! policy's framing.
+//!
+//! # Subjects and secrets
+//!
+//! Normalize a subject before hashing it (trim and lower-case an e-mail
+//! address, aggregate an IPv6 address by prefix): the hasher keys exactly the
+//! bytes it is given. Raw e-mail addresses, account ids and IP addresses then
+//! never enter storage, logs, metrics or errors; a [`KeyHasher`] and its clones
+//! are secret material, redacted in `Debug` and wiped when dropped.
+//!
+//! Use one stable, random secret of at least [`MIN_SECRET_LEN`] bytes across
+//! every replica sharing a backend. Rotating it changes every derived key, so
+//! it starts fresh counters: deploy a rotation to all replicas together, since
+//! replicas on the old and the new secret at the same time admit against
+//! different counters.
 
 use std::fmt;
 

@@ -36,6 +36,36 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Choosing a policy
+//!
+//! | policy | guarantees | the largest burst it allows |
+//! |---|---|---|
+//! | [`FixedWindowPolicy`] | at most `limit` per window, anchored at the first allowed check | `2 × limit`, across the end of one window and the start of the next |
+//! | [`SlidingWindowPolicy`] | at most `limit` in every interval of the window's length | `limit`, in any window |
+//! | [`GcraPolicy`] | a steady rate with a bounded burst | `burst` at once, then the replenishment rate |
+//!
+//! # Rules every backend keeps
+//!
+//! * **Denied checks consume nothing.** A batch ([`Limiter::check_all`]) is
+//!   all-or-nothing, and its allowed decisions keep input order.
+//! * **Caller mistakes change nothing.** Duplicate counters in a batch, mixed
+//!   quota modes and empty or oversized batches are errors that consume no
+//!   quota; an invalid policy cannot be built.
+//! * **A policy's identity is its fingerprint.** The policy id, scope and quota
+//!   parameters are folded into the [`CounterKey`], so changing any of them
+//!   starts independent counters. The [`QuotaMode`] is not, so switching a
+//!   warmed shadow policy to enforcement keeps its counters.
+//! * **Shadow mode observes without enforcing.** Under
+//!   [`QuotaMode::Shadow`] an exhausted quota yields a shadow denial:
+//!   [`Decision::permits_request`] and [`Decision::would_deny`] are both true
+//!   and nothing is consumed. Storage-capacity denials and backend errors stay
+//!   fail-closed.
+//! * **Errors are classified.** A backend error says whether the check was
+//!   definitely not applied or may have consumed quota; admission fails closed
+//!   unless the application chose otherwise.
+//! * **Retry times round up.** [`Denial::retry_after_seconds`] is the HTTP
+//!   `Retry-After` value, the retry time rounded up to a whole second.
+//!
 //! # Features
 //!
 //! * `serde`: serialize identifiers, policies (without fingerprints), quota modes

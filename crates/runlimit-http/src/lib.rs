@@ -12,7 +12,9 @@
 //!
 //! Nothing here chooses a status code or a body, or decides which policies an
 //! application discloses; every value is validated when it is built, so encoding
-//! itself cannot fail.
+//! itself cannot fail. Advertised windows must be whole seconds and quotas
+//! within RFC 9651's integer range, or the policy's metadata is refused when it
+//! is built; dynamic durations (`t`, `Retry-After`) round up, never down.
 
 pub mod draft_11;
 mod error;

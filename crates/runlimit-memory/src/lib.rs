@@ -142,6 +142,12 @@
 //! Each shard also costs about 1.1 KiB whatever it holds: its lock keeps eight
 //! reader locks on cache lines of their own, so that readers on different
 //! threads do not share one (`MAX_SHARDS` shards take about 4.5 MiB).
+//!
+//! # Features
+//!
+//! * `serde` (enables `runlimit-core`'s): serialize and deserialize
+//!   [`MemoryStoreConfig`] (through its validating constructors, rejecting
+//!   unknown fields) and [`MemoryStoreStats`]. Live stores never serialize.
 
 mod algorithm;
 mod clock;
@@ -183,6 +189,33 @@ pub type GcraStore = Store<Gcra>;
 /// 64-byte entry (nine counts of eighths of the window); see
 /// [`SlidingWindowPolicy`](runlimit_core::SlidingWindowPolicy) for the
 /// guarantee and its bound.
+///
+/// `retry_after` is the exact earliest time a denied cost fits (when enough
+/// of the oldest eighths have dropped out) and `reset_after` the time until
+/// every counted unit is released, both rounded up to whole milliseconds. A
+/// key becomes eligible for bounded cleanup once nothing in its window still
+/// counts.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use runlimit_core::{Check, PolicyId, ScopeId, SlidingWindowPolicy, SubjectKey};
+/// use runlimit_memory::{MemoryStoreConfig, SlidingWindowStore};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // At most 5 password resets per recipient in any 15 minutes.
+/// let policy = SlidingWindowPolicy::new(
+///     PolicyId::new("auth.reset")?,
+///     ScopeId::new("recipient")?,
+///     5,
+///     Duration::from_secs(15 * 60),
+/// )?;
+/// let limiter = SlidingWindowStore::new(MemoryStoreConfig::new(50_000)?);
+/// let decision = limiter.check(&Check::new(&policy, SubjectKey::from_digest([7; 32])))?;
+/// assert_eq!(decision.remaining(), Some(4));
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// See the [crate documentation](crate) for the behaviour it shares with the
 /// other stores.

@@ -1,58 +1,35 @@
-//! README "Axum admission middleware".
+//! README "The admission layer".
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::time::Duration;
 
-use axum::{Router, extract::ConnectInfo, routing::post};
-use http::request::Parts;
-use runlimit_axum::{FailureMode, MissingMetadata, RateLimitLayer};
-use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId, SubjectKey};
+use axum::{Router, routing::post};
+use runlimit_axum::{FromExtension, PeerIp, RateLimitLayer};
+use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 
-/// The normalized account a login names, inserted by an earlier application layer.
+/// The account a login names, lower-cased by an earlier layer of the application.
 #[derive(Clone)]
 pub struct LoginAccount(pub String);
 
-pub fn app(hasher: KeyHasher) -> Result<Router, Box<dyn std::error::Error>> {
-    let client_policy = FixedWindowPolicy::new(
-        PolicyId::new("auth.login")?,
-        ScopeId::new("client")?,
-        40,
-        Duration::from_secs(60),
-    )?;
-    let identity_policy = FixedWindowPolicy::new(
-        PolicyId::new("auth.login")?,
-        ScopeId::new("identity")?,
-        8,
-        Duration::from_secs(60),
-    )?;
-    let hasher = Arc::new(hasher);
-    let client_hasher = Arc::clone(&hasher);
-    // Reached directly, the TCP peer is the client; behind a proxy, key on the
-    // address your trusted-proxy layer established instead.
-    let client_key = move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-        let ConnectInfo(peer) = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .ok_or(MissingMetadata::new("peer address"))?;
-        Ok(client_hasher.hash_for(policy, peer.ip().to_string().as_bytes()))
-    };
-    let identity_key = move |parts: &Parts, policy: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-        let LoginAccount(account) = parts
-            .extensions
-            .get::<LoginAccount>()
-            .ok_or(MissingMetadata::new("login account"))?;
-        Ok(hasher.hash_for(policy, account.as_bytes()))
-    };
+impl AsRef<[u8]> for LoginAccount {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
 
-    let limiter = MemoryStore::new(MemoryStoreConfig::new(50_000)?);
-    let layer = RateLimitLayer::new(limiter)
-        .check(client_policy, client_key)
-        .check(identity_policy, identity_key)
+/// The README's login router.
+///
+/// # Errors
+///
+/// Invalid policies or store configuration.
+pub fn app(hasher: &KeyHasher) -> Result<Router, Box<dyn std::error::Error>> {
+    let login = PolicyId::new("auth.login")?;
+    let per_client = FixedWindowPolicy::new(login.clone(), ScopeId::new("client")?, 40, Duration::from_secs(60))?;
+    let per_account = FixedWindowPolicy::new(login, ScopeId::new("identity")?, 8, Duration::from_secs(60))?;
+    let layer = RateLimitLayer::new(MemoryStore::new(MemoryStoreConfig::new(50_000)?))
+        .check(per_client, PeerIp::new(hasher)) // the TCP peer: IPv4 /32, IPv6 /64
+        .check(per_account, FromExtension::<LoginAccount>::new(hasher))
         // Never tell a caller how many attempts remain on someone's account.
-        .withhold_fields()
-        .skip(|parts| parts.uri.path() == "/health")
-        .failure_mode(FailureMode::fail_closed());
-    Ok(Router::new()
-        .route("/login", post(|| async { "welcome" }))
-        .layer(layer))
+        .withhold_fields();
+    Ok(Router::new().route("/login", post(|| async { "welcome" })).layer(layer))
 }

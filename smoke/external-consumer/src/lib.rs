@@ -1,12 +1,16 @@
-//! README examples, compiled as an independent consumer would write them.
+//! Runlimit's documented examples, compiled as an independent consumer would
+//! write them.
 //!
-//! The binaries in `src/bin` hold the README's complete programs verbatim; this
-//! library holds its fragments.
+//! The binaries in `src/bin` hold complete programs: the README's
+//! (`memory_backend`, `topology`) verbatim, and the GCRA and sliding-window
+//! programs of the memory crate's docs. This library holds the README's
+//! fragments and the patterns users write around them.
 
 pub mod axum_layer;
+pub mod closure_extractors;
 pub mod shared_backends;
 
-/// README "Generic backend API".
+/// Code generic over the backend (README "A first admission").
 pub mod generic_backend {
     use runlimit_core::{BatchDecision, Check, Limiter};
 

@@ -1,10 +1,10 @@
-//! README "PostgreSQL backend" and "Redis backend" fragments.
+//! README "Choosing a backend": the PostgreSQL and Redis fragments.
 
 use runlimit_core::{FixedWindowPolicy, GcraPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
-/// README "PostgreSQL backend": a pool of the limiter's own.
+/// PostgreSQL: a pool of the limiter's own.
 ///
 /// # Errors
 ///
@@ -22,7 +22,7 @@ pub async fn postgres(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// README "Redis backend": connections built for admission.
+/// Redis: connections built for admission.
 ///
 /// # Errors
 ///

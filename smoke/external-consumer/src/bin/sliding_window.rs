@@ -1,4 +1,4 @@
-//! README "Sliding-window semantics".
+//! The sliding-window program of `runlimit_memory::SlidingWindowStore`'s docs.
 
 use std::time::Duration;
 
