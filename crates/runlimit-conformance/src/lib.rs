@@ -26,6 +26,7 @@
 pub mod fixed_window;
 pub mod gcra;
 pub mod lifecycle;
+pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 mod windows;
@@ -35,6 +36,7 @@ pub use gcra::gcra_suite;
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };
+pub use settle::{fixed_window_settle_suite, gcra_settle_suite, sliding_window_settle_suite};
 pub use sliding_window::sliding_window_suite;
 
 use std::{

@@ -5,7 +5,8 @@
 //! backend running the same trace must:
 //!
 //! * never admit more than the limit in any interval `(t - window, t]` of the
-//!   log, refunded admissions removed (the guarantee of
+//!   log, refunded admissions removed and settled ones at the cost they
+//!   kept (the guarantee of
 //!   [`SlidingWindowPolicy`]);
 //! * deny a cost only when the log holds more than `limit - cost` units in
 //!   `(t - window - window / 8, t]` (the bound: a unit counts at most an
@@ -21,7 +22,7 @@ use std::{collections::HashMap, time::Duration};
 
 use proptest::prelude::*;
 use runlimit_core::{
-    BatchDecision, Check, Lifecycle, QuotaMode, Receipt, ScopeId, SlidingWindowPolicy,
+    BatchDecision, Check, QuotaMode, Receipt, ScopeId, Settle, SlidingWindowPolicy,
 };
 
 use crate::{TimeControl, subject, unique_policy_id};
@@ -44,6 +45,8 @@ pub fn trace(
             3 => check.clone().prop_map(TraceOp::Admit),
             2 => prop::collection::vec(check, 0..4).prop_map(TraceOp::Batch),
             2 => any::<usize>().prop_map(TraceOp::Refund),
+            2 => (any::<usize>(), prop::collection::vec(0u64..4, 3))
+                .prop_map(|(index, used)| TraceOp::Settle(index, used)),
             1 => (0..policies, 0u8..3)
                 .prop_map(|(policy, subject)| TraceOp::Reset { policy, subject }),
             4 => advance.prop_map(TraceOp::Advance),
@@ -100,6 +103,10 @@ pub enum TraceOp {
     Batch(Vec<TraceCheck>),
     /// Refunds the outstanding receipt at this position (modulo their number).
     Refund(usize),
+    /// Settles the outstanding receipt at this position (modulo their
+    /// number): each of its checks keeps the used amount at its position
+    /// (modulo the check's cost + 1).
+    Settle(usize, Vec<u64>),
     /// Resets one subject's counter of one policy.
     Reset {
         /// Index into the policies.
@@ -223,7 +230,7 @@ pub async fn run_trace<L, T>(
     ops: &[TraceOp],
 ) -> Result<(), String>
 where
-    L: Lifecycle<Policy = SlidingWindowPolicy>,
+    L: Settle<Policy = SlidingWindowPolicy>,
     T: TimeControl,
 {
     assert!(!policies.is_empty(), "a trace needs a policy");
@@ -326,6 +333,31 @@ where
                 for &(p, s, _) in &items {
                     if let Some(units) = log.units.get_mut(&(p, s)) {
                         units.retain(|unit| unit.admission != admission);
+                    }
+                }
+            }
+            TraceOp::Settle(index, used) => {
+                if outstanding.is_empty() {
+                    continue;
+                }
+                let (items, admission, receipt) =
+                    outstanding.swap_remove(index % outstanding.len());
+                let used: Vec<u64> = items
+                    .iter()
+                    .zip(used.iter().cycle())
+                    .map(|(&(_, _, cost), used)| used % (cost + 1))
+                    .collect();
+                limiter
+                    .settle(&checks_of(&items), receipt, &used)
+                    .await
+                    .map_err(|error| format!("step {step}: a matching settle failed: {error}"))?;
+                // The settled admission stays on record at the cost it kept.
+                for (&(p, s, _), &kept) in items.iter().zip(&used) {
+                    if let Some(units) = log.units.get_mut(&(p, s)) {
+                        for unit in units.iter_mut().filter(|unit| unit.admission == admission) {
+                            unit.cost = kept;
+                        }
+                        units.retain(|unit| unit.cost > 0);
                     }
                 }
             }

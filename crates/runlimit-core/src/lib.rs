@@ -10,7 +10,8 @@
 //! * [`Check`]s and their outcomes ([`Decision`], [`Denial`], [`BatchDecision`]);
 //! * the asynchronous [`Limiter`] trait that backends implement: `runlimit-memory`
 //!   in process, `runlimit-postgres` and `runlimit-redis` across replicas;
-//! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s), peeks
+//! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s, and in
+//!   part with [`Settle`]), peeks
 //!   and resets; and [`Backend`], where a backend keeps counters ([`Storage`]);
 //! * [`Observer`]s for privacy-preserving operational telemetry.
 //!
@@ -98,7 +99,9 @@ pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{
     CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,
 };
-pub use lifecycle::{Admission, Admitted, Lifecycle, Receipt, RefundError, Refunded, Stamp};
+pub use lifecycle::{
+    Admission, Admitted, Lifecycle, Receipt, RefundError, Refunded, Settle, Stamp,
+};
 pub use limiter::Limiter;
 pub use observation::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,

@@ -220,6 +220,42 @@ impl Receipt {
     }
 }
 
+impl Receipt {
+    /// Checks, as [`matches`](Self::matches) does, that this receipt records
+    /// `checks`, and that `used` names at most each check's cost; returns the
+    /// units a settlement gives back to each check (`cost - used`). Backends
+    /// call it before touching storage, so a mismatched settlement changes
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`matches`](Self::matches), and [`RefundError::UsedExceedsCost`].
+    pub fn unused<P: Policy + ?Sized>(
+        &self,
+        issuer: &'static str,
+        checks: &[Check<'_, P>],
+        used: &[u64],
+    ) -> Result<SmallVec<[u64; 2]>, RefundError> {
+        self.matches(issuer, checks)?;
+        if used.len() != checks.len() {
+            return Err(RefundError::UsedExceedsCost {
+                index: used.len().min(checks.len()),
+            });
+        }
+        self.admitted
+            .iter()
+            .zip(used)
+            .enumerate()
+            .map(|(index, (admitted, &used))| {
+                admitted
+                    .cost
+                    .checked_sub(used)
+                    .ok_or(RefundError::UsedExceedsCost { index })
+            })
+            .collect()
+    }
+}
+
 impl fmt::Debug for Receipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receipt")
@@ -245,6 +281,14 @@ pub enum RefundError {
     /// The receipt was issued by another kind of backend.
     #[error("the receipt was issued by another kind of backend")]
     ForeignReceipt,
+    /// A settlement named more units used than the check at `index`
+    /// consumed, or a number of used amounts other than the number of checks
+    /// (then `index` is the first position only one side has).
+    #[error("check {index} cannot keep more units than it consumed")]
+    UsedExceedsCost {
+        /// The first position that is out of range.
+        index: usize,
+    },
 }
 
 /// A decision together with the receipt that refunds it, when it consumed
@@ -328,6 +372,7 @@ impl Refunded {
 ///   it credits less, never more (the algorithm's docs state the rule).
 ///
 /// Refunds of a batch credit each check independently, in one round trip.
+/// [`Settle`] gives back part of a receipt under the same rules.
 ///
 /// # Peek
 ///
@@ -403,4 +448,52 @@ pub trait Lifecycle: Limiter {
         policy: &Self::Policy,
         subject: &SubjectKey,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+}
+
+/// Settling a reservation to its actual cost: a refund of part of a receipt,
+/// beside [`Lifecycle`].
+///
+/// Where the cost of a request is known only after it ran (the tokens of a
+/// model's answer, the rows a query returned), admit the largest cost you
+/// accept and settle to what was used: [`settle`](Self::settle) gives back
+/// `cost - used` of each check under the same rules as a
+/// [refund](Lifecycle#refunds), so the subject ends no better off than if only
+/// `used` had been consumed, and a window that renewed or a counter that was
+/// reset gets nothing. `used` equal to the cost keeps the whole charge
+/// (nothing is sent); `used` of zero is [`Lifecycle::refund`].
+///
+/// ```
+/// use runlimit_core::{Check, FixedWindowPolicy, Lifecycle, Settle, SubjectKey};
+///
+/// async fn answer<L>(limiter: &L, policy: &FixedWindowPolicy) -> Result<(), Box<dyn std::error::Error>>
+/// where
+///     L: Settle<Policy = FixedWindowPolicy>,
+///     L::Error: std::error::Error + 'static,
+/// {
+///     // Reserve the most a request may use: 4,000 tokens.
+///     let check = Check::weighted(policy, SubjectKey::from_digest([7; 32]), 4_000)?;
+///     let mut admission = limiter.admit(&check).await?;
+///     if let Some(receipt) = admission.take_receipt() {
+///         let tokens_used = 1_250; // what the model's answer took
+///         limiter.settle(&[check], receipt, &[tokens_used]).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
+pub trait Settle: Lifecycle {
+    /// Gives back what each of `checks` consumed beyond `used` (one amount
+    /// per check, in order) from the `receipt` issued for them.
+    ///
+    /// # Errors
+    ///
+    /// The backend's error wrapping [`RefundError`] when the receipt does not
+    /// match `checks`, comes from another kind of backend or a used amount
+    /// exceeds its check's cost (nothing changed); otherwise the backend's
+    /// failure, classified like a refund's.
+    fn settle(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> impl Future<Output = Result<Refunded, Self::Error>> + Send;
 }

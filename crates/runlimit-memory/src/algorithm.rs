@@ -168,7 +168,8 @@ pub(crate) mod sealed {
         /// What a receipt records about the state an admission left.
         fn stamp(state: &Self::State) -> [u64; 3];
 
-        /// Refunds an admission of `cost` units that left `stamp`, from the
+        /// Credits `cost` units (the admission's whole cost, or the part a
+        /// settlement gives back) of an admission that left `stamp`, from the
         /// current `state` at `now`.
         fn refund(
             policy: &Self::Policy,

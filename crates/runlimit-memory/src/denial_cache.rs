@@ -22,7 +22,7 @@ use std::{
 use runlimit_core::{
     Admission, AdmissionObservation, AdmissionOutcome, Backend, BatchDecision, Check, Consumption,
     DEFAULT_MAX_BATCH_SIZE, Decision, Denial, Lifecycle, Limiter, Observer, Operation, Policy,
-    PolicyLabel, Receipt, Refunded, Storage, SubjectKey, notify, validate_batch,
+    PolicyLabel, Receipt, Refunded, Settle, Storage, SubjectKey, notify, validate_batch,
 };
 
 use crate::{
@@ -555,6 +555,21 @@ impl<S: Lifecycle> Lifecycle for Cached<S> {
         let existed = self.backend.reset(policy, subject).await?;
         self.forget_all(&[Check::new(policy, *subject)]);
         Ok(existed)
+    }
+}
+
+/// A settlement goes to the backend; then, like a refund, it forgets the
+/// denials cached for its checks' keys.
+impl<S: Settle> Settle for Cached<S> {
+    async fn settle(
+        &self,
+        checks: &[Check<'_, S::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, S::Error> {
+        let refunded = self.backend.settle(checks, receipt, used).await?;
+        self.forget_all(checks);
+        Ok(refunded)
     }
 }
 

@@ -12,7 +12,8 @@ use smallvec::SmallVec;
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
     CapacityObservation, Check, CleanupObservation, Decision, Denial, Lifecycle, Limiter, Observer,
-    Operation, Policy, Receipt, Refunded, Stamp, Storage, SubjectKey, notify, validate_batch,
+    Operation, Policy, Receipt, RefundError, Refunded, Settle, Stamp, Storage, SubjectKey, notify,
+    validate_batch,
 };
 
 use crate::{
@@ -575,8 +576,43 @@ impl<A: Algorithm> Store<A> {
         checks: &[Check<'_, A::Policy>],
         receipt: Receipt,
     ) -> Result<Refunded, MemoryStoreError> {
+        let costs = receipt
+            .matches(A::ISSUER, checks)
+            .map(|()| receipt.admitted().iter().map(Admitted::cost).collect());
+        self.credit_reported(checks, &receipt, costs)
+    }
+
+    /// Gives back what each of `checks` consumed beyond `used` (one amount
+    /// per check); see [`Settle`] and the algorithm's refund rule, applied to
+    /// the units given back. A check that keeps its whole cost is not
+    /// touched.
+    ///
+    /// # Errors
+    ///
+    /// As [`refund`](Self::refund); a used amount above its check's cost is
+    /// [`MemoryStoreError::InvalidRefund`] and changes nothing.
+    pub fn settle(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, MemoryStoreError> {
+        let unused = receipt.unused(A::ISSUER, checks, used);
+        self.credit_reported(checks, &receipt, unused)
+    }
+
+    /// Credits `units` (one amount per check, or why the receipt was refused)
+    /// and reports it to the observer as a refund.
+    fn credit_reported(
+        &self,
+        checks: &[Check<'_, A::Policy>],
+        receipt: &Receipt,
+        units: Result<SmallVec<[u64; 2]>, RefundError>,
+    ) -> Result<Refunded, MemoryStoreError> {
         let report = AdmissionReporter::start(self.observer.as_deref());
-        let result = self.refund_inner(checks, &receipt);
+        let result = units
+            .map_err(MemoryStoreError::from)
+            .and_then(|units| self.credit(checks, receipt, units));
         let outcome = match &result {
             Ok(refunded) => AdmissionOutcome::of_refund(refunded),
             Err(MemoryStoreError::InvalidRefund(_)) => AdmissionOutcome::of_failure(false),
@@ -586,20 +622,25 @@ impl<A: Algorithm> Store<A> {
         result
     }
 
-    fn refund_inner(
+    /// Credits `units` to each of `checks` under the receipt's stamps (the
+    /// receipt already matched).
+    fn credit(
         &self,
         checks: &[Check<'_, A::Policy>],
         receipt: &Receipt,
+        units: impl IntoIterator<Item = u64>,
     ) -> Result<Refunded, MemoryStoreError> {
-        receipt.matches(A::ISSUER, checks)?;
         let mut credited = 0;
-        for (check, admitted) in checks.iter().zip(receipt.admitted()) {
+        for ((check, admitted), units) in checks.iter().zip(receipt.admitted()).zip(units) {
+            if units == 0 {
+                continue;
+            }
             let credit = self.with_entry(check, |held, now| {
                 match A::refund(
                     check.policy(),
                     held.state(),
                     admitted.stamp().words(),
-                    admitted.cost(),
+                    units,
                     now,
                 ) {
                     Credit::To(next) => {
@@ -902,6 +943,21 @@ where
         subject: &SubjectKey,
     ) -> Result<bool, Self::Error> {
         Store::reset(self, policy, subject)
+    }
+}
+
+impl<A: Algorithm> Settle for Store<A>
+where
+    A::Policy: Policy,
+{
+    /// Runs [`Store::settle`] when first polled.
+    async fn settle(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, Self::Error> {
+        Store::settle(self, checks, receipt, used)
     }
 }
 

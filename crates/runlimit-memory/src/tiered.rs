@@ -12,7 +12,7 @@ use std::fmt;
 
 use runlimit_core::{
     Admission, Admitted, Backend, BatchDecision, BatchError, Check, DEFAULT_MAX_BATCH_SIZE,
-    Decision, Lifecycle, Limiter, MayHaveConsumed, Receipt, RefundError, Refunded, Storage,
+    Decision, Lifecycle, Limiter, MayHaveConsumed, Receipt, RefundError, Refunded, Settle, Storage,
     SubjectKey, TierCheck, TieredPolicy, validate_batch,
 };
 use smallvec::SmallVec;
@@ -333,6 +333,96 @@ fn records<P: runlimit_core::Policy>(receipt: Option<&Receipt>, checks: &[Check<
             .all(|(admitted, check)| admitted.records(check))
 }
 
+/// A tiered receipt taken apart, with the checks of each tier, after both
+/// parts were found to record their checks.
+struct TierParts<'a, GP, SP> {
+    gate: Split<'a, GP>,
+    shared: Split<'a, SP>,
+    gate_receipt: Option<Receipt>,
+    shared_receipt: Option<Receipt>,
+}
+
+impl<'a, GP: runlimit_core::Policy, SP: runlimit_core::Policy> TierParts<'a, GP, SP> {
+    /// Both parts are checked before either tier changes anything.
+    fn of<GE, SE>(
+        checks: &[Check<'a, TieredPolicy<GP, SP>>],
+        receipt: Receipt,
+    ) -> Result<Self, TieredError<GE, SE>> {
+        let (gate_receipt, shared_receipt) = receipt
+            .into_tiers(ISSUER)
+            .map_err(|_| TieredError::InvalidRefund(RefundError::ForeignReceipt))?;
+        let (gate, shared) = split(checks);
+        for (matches, positions) in [
+            (records(gate_receipt.as_ref(), &gate.0), &gate.1),
+            (records(shared_receipt.as_ref(), &shared.0), &shared.1),
+        ] {
+            if !matches {
+                let index = positions.first().copied().unwrap_or(checks.len());
+                return Err(TieredError::InvalidRefund(RefundError::Mismatch { index }));
+            }
+        }
+        Ok(Self {
+            gate,
+            shared,
+            gate_receipt,
+            shared_receipt,
+        })
+    }
+}
+
+/// The used amounts of the checks at `positions`.
+fn used_at(used: &[u64], positions: &[usize]) -> SmallVec<[u64; 4]> {
+    positions.iter().map(|&position| used[position]).collect()
+}
+
+/// A settlement hands each tier the used amounts of its own checks, after
+/// every amount was found within its check's cost.
+impl<G: Settle, S: Settle> Settle for Tiered<G, S> {
+    async fn settle(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, Self::Error> {
+        let parts = TierParts::of(checks, receipt)?;
+        if used.len() != checks.len() {
+            let index = used.len().min(checks.len());
+            return Err(TieredError::InvalidRefund(RefundError::UsedExceedsCost {
+                index,
+            }));
+        }
+        if let Some(index) = checks
+            .iter()
+            .zip(used)
+            .position(|(check, &used)| used > check.cost())
+        {
+            return Err(TieredError::InvalidRefund(RefundError::UsedExceedsCost {
+                index,
+            }));
+        }
+        let mut credited = 0;
+        if let Some(receipt) = parts.gate_receipt {
+            let used = used_at(used, &parts.gate.1);
+            credited += self
+                .gate
+                .settle(&parts.gate.0, receipt, &used)
+                .await
+                .map_err(TieredError::Gate)?
+                .credited();
+        }
+        if let Some(receipt) = parts.shared_receipt {
+            let used = used_at(used, &parts.shared.1);
+            credited += self
+                .shared
+                .settle(&parts.shared.0, receipt, &used)
+                .await
+                .map_err(TieredError::Shared)?
+                .credited();
+        }
+        Ok(Refunded::new(credited, checks.len()))
+    }
+}
+
 /// A receipt holds each tier's receipt; a refund hands each tier its own.
 /// Peeks and resets go to the policy's tier.
 impl<G: Lifecycle, S: Lifecycle> Lifecycle for Tiered<G, S> {
@@ -381,39 +471,20 @@ impl<G: Lifecycle, S: Lifecycle> Lifecycle for Tiered<G, S> {
         checks: &[Check<'_, Self::Policy>],
         receipt: Receipt,
     ) -> Result<Refunded, Self::Error> {
-        let (gate_receipt, shared_receipt) = receipt
-            .into_tiers(ISSUER)
-            .map_err(|_| TieredError::InvalidRefund(RefundError::ForeignReceipt))?;
-        let ((gate_checks, gate_positions), (shared_checks, shared_positions)) = split(checks);
-        // Both parts are checked before either tier changes anything.
-        for (matches, positions) in [
-            (
-                records(gate_receipt.as_ref(), &gate_checks),
-                &gate_positions,
-            ),
-            (
-                records(shared_receipt.as_ref(), &shared_checks),
-                &shared_positions,
-            ),
-        ] {
-            if !matches {
-                let index = positions.first().copied().unwrap_or(checks.len());
-                return Err(TieredError::InvalidRefund(RefundError::Mismatch { index }));
-            }
-        }
+        let parts = TierParts::of(checks, receipt)?;
         let mut credited = 0;
-        if let Some(receipt) = gate_receipt {
+        if let Some(receipt) = parts.gate_receipt {
             credited += self
                 .gate
-                .refund(&gate_checks, receipt)
+                .refund(&parts.gate.0, receipt)
                 .await
                 .map_err(TieredError::Gate)?
                 .credited();
         }
-        if let Some(receipt) = shared_receipt {
+        if let Some(receipt) = parts.shared_receipt {
             credited += self
                 .shared
-                .refund(&shared_checks, receipt)
+                .refund(&parts.shared.0, receipt)
                 .await
                 .map_err(TieredError::Shared)?
                 .credited();

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite,
-    gcra_suite, sliding_window_lifecycle_suite, sliding_window_suite,
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
+    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 
@@ -27,7 +28,8 @@ async fn memory_store_passes_the_fixed_window_suite() {
     let clock = ManualClock::new();
     let store = MemoryStore::new(config()).with_clock(clock.clone());
     fixed_window_suite(&store, &Manual(clock.clone())).await;
-    fixed_window_lifecycle_suite(&store, &Manual(clock)).await;
+    fixed_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
+    fixed_window_settle_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]
@@ -36,7 +38,8 @@ async fn single_shard_memory_store_passes_the_fixed_window_suite() {
     let store =
         MemoryStore::new(MemoryStoreConfig::new(64).expect("valid")).with_clock(clock.clone());
     fixed_window_suite(&store, &Manual(clock.clone())).await;
-    fixed_window_lifecycle_suite(&store, &Manual(clock)).await;
+    fixed_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
+    fixed_window_settle_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]
@@ -44,7 +47,8 @@ async fn gcra_store_passes_the_gcra_suite() {
     let clock = ManualClock::new();
     let store = GcraStore::new(config()).with_clock(clock.clone());
     gcra_suite(&store, &Manual(clock.clone())).await;
-    gcra_lifecycle_suite(&store, &Manual(clock)).await;
+    gcra_lifecycle_suite(&store, &Manual(clock.clone())).await;
+    gcra_settle_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]
@@ -56,6 +60,7 @@ async fn sliding_window_store_passes_the_sliding_window_suite() {
         clock.set(Duration::from_nanos(start));
         let store = SlidingWindowStore::new(config()).with_clock(clock.clone());
         sliding_window_suite(&store, &Manual(clock.clone())).await;
-        sliding_window_lifecycle_suite(&store, &Manual(clock)).await;
+        sliding_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
+        sliding_window_settle_suite(&store, &Manual(clock)).await;
     }
 }

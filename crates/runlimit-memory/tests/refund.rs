@@ -1,5 +1,6 @@
-//! Refunds against exact counterfactual models: a replay of the same
-//! admissions without the refunded ones.
+//! Refunds and settlements against exact counterfactual models: a replay of
+//! the same admissions without the refunded ones, and with each settled one
+//! at the cost it kept.
 //!
 //! The stores' refund rules must never leave a subject better off than that
 //! replay. For GCRA the comparison holds at every moment, however refunds,
@@ -25,8 +26,9 @@ enum Op {
     Admit(usize, u8, u64),
     /// A plain check of (policy, subject, cost), never refunded.
     Check(usize, u8, u64),
-    /// Refund the outstanding receipt at this position (modulo their number).
-    Refund(usize),
+    /// Settle the outstanding receipt at this position (modulo their number)
+    /// to this many units used (modulo its cost + 1): 0 is a whole refund.
+    Refund(usize, u64),
     /// Advance the clock by this many microseconds.
     Advance(u64),
 }
@@ -37,7 +39,8 @@ fn ops(policies: usize) -> impl Strategy<Value = Vec<Op>> {
         prop_oneof![
             3 => item.clone().prop_map(|(p, s, c)| Op::Admit(p, s, c)),
             2 => item.prop_map(|(p, s, c)| Op::Check(p, s, c)),
-            3 => any::<usize>().prop_map(Op::Refund),
+            3 => (any::<usize>(), prop_oneof![Just(0u64), 0u64..4])
+                .prop_map(|(index, used)| Op::Refund(index, used)),
             3 => (0u64..15_000).prop_map(Op::Advance),
         ],
         1..120,
@@ -107,6 +110,41 @@ fn dominated(store: &Decision, replay: &Decision, what: &str) -> Result<(), Test
         ),
     }
     Ok(())
+}
+
+/// Gives back `cost - used` of `check`'s admission: a whole refund when
+/// `used` is 0, a settlement otherwise (which credits nothing when `used` is
+/// the whole cost). Returns how many checks were credited.
+fn give_back<A: runlimit_memory::Algorithm>(
+    store: &runlimit_memory::Store<A>,
+    check: Check<'_, A::Policy>,
+    receipt: Receipt,
+    used: u64,
+) -> Result<usize, TestCaseError>
+where
+    A::Policy: runlimit_core::Policy,
+{
+    let refunded = if used == 0 {
+        store.refund(&[check], receipt)
+    } else {
+        store.settle(&[check], receipt, &[used])
+    }
+    .expect("no error");
+    if used == check.cost() {
+        prop_assert_eq!(refunded.credited(), 0, "nothing to give back");
+    }
+    Ok(refunded.credited())
+}
+
+/// The replay's admissions after admission `id` was settled to `used`: its
+/// cost becomes `used`, or it is gone when nothing was used.
+fn keep_only(admissions: &mut Vec<(usize, Admitted)>, id: usize, used: u64) {
+    admissions.retain_mut(|(admission, admitted)| {
+        if *admission == id {
+            admitted.cost = used;
+        }
+        admitted.cost > 0
+    });
 }
 
 /// GCRA, exactly: the arrival time × quota, in nanoseconds, of a replay of
@@ -250,24 +288,26 @@ proptest! {
                         kept.entry((p, s)).or_default().push((id, Admitted { at: now, cost }));
                     }
                 }
-                Op::Refund(index) => {
+                Op::Refund(index, used) => {
                     if outstanding.is_empty() {
                         continue;
                     }
                     let refunded = outstanding.swap_remove(index % outstanding.len());
+                    let used = used % (refunded.cost + 1);
                     let policy = &policies[refunded.policy];
                     let check = Check::weighted(policy, key(refunded.subject), refunded.cost)
                         .expect("valid");
                     let one = Check::new(policy, key(refunded.subject));
                     let before = store.peek(&one).expect("no error");
-                    store.refund(&[check], refunded.receipt).expect("no error");
+                    give_back(&store, check, refunded.receipt, used)?;
                     let after = store.peek(&one).expect("no error");
+                    let unused = refunded.cost - used;
                     prop_assert!(
-                        after.remaining().unwrap_or(0) <= before.remaining().unwrap_or(0) + refunded.cost,
-                        "a refund of {} gave back more: {before:?} then {after:?}", refunded.cost
+                        after.remaining().unwrap_or(0) <= before.remaining().unwrap_or(0) + unused,
+                        "giving back {unused} gave back more: {before:?} then {after:?}"
                     );
                     if let Some(admissions) = kept.get_mut(&(refunded.policy, refunded.subject)) {
-                        admissions.retain(|(admission, _)| *admission != refunded.id);
+                        keep_only(admissions, refunded.id, used);
                     }
                 }
             }
@@ -327,28 +367,30 @@ proptest! {
                         history.entry((p, s)).or_default().push((id, Admitted { at: now, cost }));
                     }
                 }
-                Op::Refund(index) => {
+                Op::Refund(index, used) => {
                     if outstanding.is_empty() {
                         continue;
                     }
                     let (refunded, expires) = outstanding.swap_remove(index % outstanding.len());
+                    let used = used % (refunded.cost + 1);
                     let policy = &policies[refunded.policy];
                     let check = Check::weighted(policy, key(refunded.subject), refunded.cost)
                         .expect("valid");
                     let one = Check::new(policy, key(refunded.subject));
                     let before = store.peek(&one).expect("no error");
-                    let credited = store.refund(&[check], refunded.receipt).expect("no error").credited();
+                    let credited = give_back(&store, check, refunded.receipt, used)?;
                     let after = store.peek(&one).expect("no error");
+                    let unused = refunded.cost - used;
                     prop_assert!(
-                        after.remaining().unwrap_or(0) <= before.remaining().unwrap_or(0) + refunded.cost,
-                        "a refund of {} gave back more: {before:?} then {after:?}", refunded.cost
+                        after.remaining().unwrap_or(0) <= before.remaining().unwrap_or(0) + unused,
+                        "giving back {unused} gave back more: {before:?} then {after:?}"
                     );
                     if expires <= now {
                         prop_assert_eq!(credited, 0, "the refunded check's window had ended");
                     }
                     let admissions = history.entry((refunded.policy, refunded.subject)).or_default();
                     let before_refund: Vec<Admitted> = admissions.iter().map(|(_, a)| *a).collect();
-                    admissions.retain(|(admission, _)| *admission != refunded.id);
+                    keep_only(admissions, refunded.id, used);
                     let without: Vec<Admitted> = admissions.iter().map(|(_, a)| *a).collect();
                     // The replay of the store's own history (all admissions so
                     // far, the refunded one included) must be what the store

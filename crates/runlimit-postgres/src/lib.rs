@@ -89,8 +89,10 @@
 //!
 //! # Refund, peek and reset
 //!
-//! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`]. A refund is one
-//! statement (`runlimit_refund_fixed_windows` / `runlimit_refund_gcra`) taking
+//! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`] and
+//! [`runlimit_core::Settle`]. A refund, or a settlement giving back part of a
+//! receipt, is one statement (`runlimit_refund_fixed_windows`,
+//! `runlimit_refund_gcra`, `runlimit_refund_sliding_windows`) taking
 //! the check's advisory and row locks in the same order; a fixed-window refund
 //! that forgets its window expires the row in place (it keeps its ledger slot
 //! until cleanup), so refunds never touch the ledger. A peek is one read-only

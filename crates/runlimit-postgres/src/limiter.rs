@@ -10,7 +10,7 @@ use std::{
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, SlidingWindowPolicy, Stamp, Storage,
+    Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
     SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     notify,
@@ -61,13 +61,15 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
         full: &FullCounters,
     ) -> impl Future<Output = Result<Vec<Decided>, sqlx::Error>> + Send;
 
-    /// Refunds what `admitted` records for `checks` in one statement; whether
-    /// each check was credited.
+    /// Credits `units` (one amount per check, none zero) to `checks` under
+    /// the stamps `admitted` records, in one statement; whether each check
+    /// was credited.
     #[doc(hidden)]
     fn refund(
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         admitted: &[Admitted],
+        units: &[u64],
         config: &PostgresConfig,
     ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
 
@@ -430,19 +432,38 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         Ok(Admission::new(batch, receipt))
     }
 
+    /// Gives back `used` (one amount per check; `None` for a whole refund)
+    /// of what `receipt` records for `checks`, in one statement; checks that
+    /// keep their whole cost are not sent, and nothing is sent when none
+    /// gives anything back.
     async fn refund_receipt(
         &self,
         checks: &[Check<'_, P>],
         receipt: Receipt,
+        used: Option<&[u64]>,
     ) -> Result<Refunded, CheckError> {
         let refund = async {
-            receipt.matches(P::ISSUER, checks)?;
+            let units: Vec<u64> = match used {
+                None => {
+                    receipt.matches(P::ISSUER, checks)?;
+                    receipt.admitted().iter().map(Admitted::cost).collect()
+                }
+                Some(used) => receipt.unused(P::ISSUER, checks, used)?.into_vec(),
+            };
+            let credited_at: Vec<usize> = (0..checks.len()).filter(|&i| units[i] > 0).collect();
+            if credited_at.is_empty() {
+                return Ok(Refunded::new(0, checks.len()));
+            }
+            let sent: Vec<Check<'_, P>> = credited_at.iter().map(|&i| checks[i]).collect();
+            let admitted: Vec<Admitted> =
+                credited_at.iter().map(|&i| receipt.admitted()[i]).collect();
+            let units: Vec<u64> = credited_at.iter().map(|&i| units[i]).collect();
             let credited = self
                 .run(async |connection| {
-                    P::refund(connection, checks, receipt.admitted(), &self.config).await
+                    P::refund(connection, &sent, &admitted, &units, &self.config).await
                 })
                 .await?;
-            if credited.len() != checks.len() {
+            if credited.len() != sent.len() {
                 return Err(CheckError::UnexpectedReply);
             }
             let count = credited.iter().filter(|&&credited| credited).count();
@@ -534,7 +555,7 @@ macro_rules! limiter_for {
                 checks: &[Check<'_, $policy>],
                 receipt: Receipt,
             ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt).await
+                self.refund_receipt(checks, receipt, None).await
             }
 
             async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
@@ -547,6 +568,19 @@ macro_rules! limiter_for {
                 subject: &SubjectKey,
             ) -> Result<bool, CheckError> {
                 self.reset_counter(policy, subject).await
+            }
+        }
+
+        /// A settlement is a refund of the unused units: one statement, or
+        /// none when every check keeps its whole cost.
+        impl Settle for PostgresLimiter<$policy> {
+            async fn settle(
+                &self,
+                checks: &[Check<'_, $policy>],
+                receipt: Receipt,
+                used: &[u64],
+            ) -> Result<Refunded, CheckError> {
+                self.refund_receipt(checks, receipt, Some(used)).await
             }
         }
     };
@@ -739,6 +773,7 @@ impl PgPolicy for FixedWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         admitted: &[Admitted],
+        units: &[u64],
         config: &PostgresConfig,
     ) -> Result<Vec<bool>, sqlx::Error> {
         let stamp_word = |index: usize| -> Vec<i64> {
@@ -747,7 +782,7 @@ impl PgPolicy for FixedWindowPolicy {
                 .map(|admitted| word_to_i64(admitted.stamp().words()[index]))
                 .collect()
         };
-        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let costs: Vec<i64> = units.iter().map(|&units| as_i64(units)).collect();
         let windows: Vec<i64> = checks
             .iter()
             .map(|check| as_i64(check.policy().window_millis().saturating_mul(1_000)))
@@ -894,11 +929,14 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         admitted: &[Admitted],
+        units: &[u64],
         config: &PostgresConfig,
     ) -> Result<Vec<bool>, sqlx::Error> {
+        // The increment of the units given back, not of the whole cost.
         let exact: Vec<GcraMicros> = checks
             .iter()
-            .map(|check| GcraMicros::new(check.policy(), check.cost()))
+            .zip(units)
+            .map(|(check, &units)| GcraMicros::new(check.policy(), units))
             .collect();
         let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
             exact.iter().map(|check| as_i64(value(check))).collect()
@@ -1068,13 +1106,14 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         admitted: &[Admitted],
+        units: &[u64],
         config: &PostgresConfig,
     ) -> Result<Vec<bool>, sqlx::Error> {
         let sub_windows: Vec<i64> = checks
             .iter()
             .map(|check| as_i64(SlidingMicros::new(check.policy()).sub_window))
             .collect();
-        let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        let costs: Vec<i64> = units.iter().map(|&units| as_i64(units)).collect();
         let stamp_word = |index: usize| -> Vec<i64> {
             admitted
                 .iter()

@@ -3,8 +3,9 @@
 mod common;
 
 use runlimit_conformance::{
-    fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
-    sliding_window_lifecycle_suite, sliding_window_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
+    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
@@ -19,6 +20,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     limiter.migrate().await.expect("migrate");
     fixed_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     fixed_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    fixed_window_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }
 
 #[tokio::test]
@@ -31,6 +33,7 @@ async fn gcra_passes_the_conformance_suite() {
     limiter.migrate().await.expect("migrate");
     gcra_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     gcra_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    gcra_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }
 
 #[tokio::test]
@@ -45,4 +48,5 @@ async fn sliding_windows_pass_the_conformance_suite() {
     limiter.migrate().await.expect("migrate");
     sliding_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     sliding_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    sliding_window_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
 }

@@ -1,5 +1,6 @@
 -- Refunds of fixed-window admissions, one atomic script for a receipt.
--- KEYS[i]: the counter keys. ARGV for each key: cost, expires_us (the window
+-- KEYS[i]: the counter keys. ARGV for each key: cost (the units given back:
+-- the whole cost, or what a settlement returns), expires_us (the window
 -- the receipt names), used_after (the count the admission left), window_us.
 -- Replies: for each key 1 if credited, else 0.
 -- Credited only while the named window is still the live one:

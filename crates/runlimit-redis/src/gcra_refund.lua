@@ -1,6 +1,7 @@
 -- Refunds of GCRA admissions, one atomic script for a receipt.
 -- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
--- increment_rem, admitted_us, admitted_rem (the arrival time the admission
+-- increment_rem (the increment of the units given back: the whole cost, or
+-- what a settlement returns), admitted_us, admitted_rem (the arrival time the admission
 -- left), version (the counter's version at admission).
 -- Replies: for each key 1 if credited, else 0.
 -- Credits what is left of the admission's own replenishment,

@@ -59,8 +59,9 @@
 //!
 //! # Refund, peek and reset
 //!
-//! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`]: a refund is one
-//! atomic script on Redis's clock, a peek one read-only script (`TIME` and
+//! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`] and
+//! [`runlimit_core::Settle`]: a refund, or a settlement giving back part of a
+//! receipt, is one atomic script on Redis's clock, a peek one read-only script (`TIME` and
 //! `GET`), a reset one `DEL`. GCRA state carries a version (the counter's
 //! creation time) that receipts are checked against. On a cluster each works
 //! for any key; a batch's refund, like the batch, needs its keys in one slot.

@@ -14,7 +14,7 @@ use redis::{
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation,
-    Policy, Receipt, Refunded, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
@@ -105,11 +105,16 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
     #[doc(hidden)]
     fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>>;
-    /// The refund script and its arguments for a receipt's `admitted` checks.
+    /// The refund script and its arguments crediting `units` (one amount per
+    /// check, none zero) under a receipt's `admitted` stamps.
     #[doc(hidden)]
     fn refund_script() -> &'static Lua;
     #[doc(hidden)]
-    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64>;
+    fn refund_arguments(
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        units: &[u64],
+    ) -> Vec<i64>;
     /// What a peek of `check` reports for the state read at `now_us`.
     #[doc(hidden)]
     fn peek_decision(check: &Check<'_, Self>, now_us: i64, state: Option<&str>) -> Decision;
@@ -361,17 +366,36 @@ where
         Ok(Admission::new(batch, receipt))
     }
 
+    /// Gives back `used` (one amount per check; `None` for a whole refund)
+    /// of what `receipt` records for `checks`, in one script; checks that
+    /// keep their whole cost are not sent, and nothing is sent when none
+    /// gives anything back.
     async fn refund_receipt(
         &self,
         checks: &[Check<'_, P>],
         receipt: Receipt,
+        used: Option<&[u64]>,
     ) -> Result<Refunded, CheckError> {
         let refund = async {
-            receipt.matches(P::ISSUER, checks)?;
-            let keys = self.keys(checks)?;
-            let arguments = P::refund_arguments(checks, receipt.admitted());
+            let units: Vec<u64> = match used {
+                None => {
+                    receipt.matches(P::ISSUER, checks)?;
+                    receipt.admitted().iter().map(Admitted::cost).collect()
+                }
+                Some(used) => receipt.unused(P::ISSUER, checks, used)?.into_vec(),
+            };
+            let credited_at: Vec<usize> = (0..checks.len()).filter(|&i| units[i] > 0).collect();
+            if credited_at.is_empty() {
+                return Ok(Refunded::new(0, checks.len()));
+            }
+            let sent: Vec<Check<'_, P>> = credited_at.iter().map(|&i| checks[i]).collect();
+            let admitted: Vec<Admitted> =
+                credited_at.iter().map(|&i| receipt.admitted()[i]).collect();
+            let units: Vec<u64> = credited_at.iter().map(|&i| units[i]).collect();
+            let keys = self.keys(&sent)?;
+            let arguments = P::refund_arguments(&sent, &admitted, &units);
             let credited: Vec<i64> = self.invoke(P::refund_script(), &keys, &arguments).await?;
-            if credited.len() != checks.len() {
+            if credited.len() != sent.len() {
                 return Err(CheckError::UnexpectedReply);
             }
             let count = credited.iter().filter(|&&credited| credited == 1).count();
@@ -575,7 +599,7 @@ macro_rules! limiter_for {
                 checks: &[Check<'_, $policy>],
                 receipt: Receipt,
             ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt).await
+                self.refund_receipt(checks, receipt, None).await
             }
 
             async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
@@ -588,6 +612,22 @@ macro_rules! limiter_for {
                 subject: &SubjectKey,
             ) -> Result<bool, CheckError> {
                 self.reset_counter(policy, subject).await
+            }
+        }
+
+        /// A settlement is a refund of the unused units: one script, or none
+        /// when every check keeps its whole cost.
+        impl<C> Settle for RedisLimiter<C, $policy>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            async fn settle(
+                &self,
+                checks: &[Check<'_, $policy>],
+                receipt: Receipt,
+                used: &[u64],
+            ) -> Result<Refunded, CheckError> {
+                self.refund_receipt(checks, receipt, Some(used)).await
             }
         }
     };
@@ -688,14 +728,19 @@ impl RedisPolicy for FixedWindowPolicy {
         &FIXED_WINDOW_REFUND
     }
 
-    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+    fn refund_arguments(
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        units: &[u64],
+    ) -> Vec<i64> {
         checks
             .iter()
             .zip(admitted)
-            .flat_map(|(check, admitted)| {
+            .zip(units)
+            .flat_map(|((check, admitted), &units)| {
                 let [expires, used_after, _] = admitted.stamp().words();
                 [
-                    as_i64(check.cost()),
+                    as_i64(units),
                     word_to_i64(expires),
                     word_to_i64(used_after),
                     as_i64(check.policy().window_millis().saturating_mul(1_000)),
@@ -777,12 +822,18 @@ impl RedisPolicy for GcraPolicy {
         &GCRA_REFUND
     }
 
-    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+    fn refund_arguments(
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        units: &[u64],
+    ) -> Vec<i64> {
         checks
             .iter()
             .zip(admitted)
-            .flat_map(|(check, admitted)| {
-                let exact = GcraMicros::new(check.policy(), check.cost());
+            .zip(units)
+            .flat_map(|((check, admitted), &units)| {
+                // The increment of the units given back, not of the whole cost.
+                let exact = GcraMicros::new(check.policy(), units);
                 let [admitted_us, admitted_rem, version] = admitted.stamp().words();
                 [
                     as_i64(exact.quota),
@@ -890,15 +941,20 @@ impl RedisPolicy for SlidingWindowPolicy {
         &SLIDING_WINDOW_REFUND
     }
 
-    fn refund_arguments(checks: &[Check<'_, Self>], admitted: &[Admitted]) -> Vec<i64> {
+    fn refund_arguments(
+        checks: &[Check<'_, Self>],
+        admitted: &[Admitted],
+        units: &[u64],
+    ) -> Vec<i64> {
         checks
             .iter()
             .zip(admitted)
-            .flat_map(|(check, admitted)| {
+            .zip(units)
+            .flat_map(|((check, admitted), &units)| {
                 let [admitted_in, version, _] = admitted.stamp().words();
                 [
                     as_i64(SlidingMicros::new(check.policy()).sub_window),
-                    as_i64(check.cost()),
+                    as_i64(units),
                     word_to_i64(admitted_in),
                     word_to_i64(version),
                 ]

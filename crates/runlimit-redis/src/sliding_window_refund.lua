@@ -1,6 +1,7 @@
 -- Refunds of sliding-window admissions, one atomic script for a receipt
 -- (state as sliding_window.lua stores it).
--- KEYS[i]: the counter keys. ARGV for each key: sub_window_us, cost,
+-- KEYS[i]: the counter keys. ARGV for each key: sub_window_us, cost (the
+-- units given back: the whole cost, or what a settlement returns),
 -- admitted_in (the eighth the admission was counted in), version.
 -- Replies: for each key 1 if credited, else 0.
 -- Gives the cost back to the eighth the admission was counted in, at most

@@ -9,8 +9,9 @@ use std::time::Duration;
 use common::Layout;
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite,
-    gcra_suite, sliding_window_lifecycle_suite, sliding_window_suite,
+    TimeControl, fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
+    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{
     Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
@@ -98,6 +99,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config);
     fixed_window_suite(&limiter, &time).await;
     fixed_window_lifecycle_suite(&limiter, &time).await;
+    fixed_window_settle_suite(&limiter, &time).await;
     let config = single_slot(common::config("cluster-gcra"));
     let time = ShiftCluster {
         nodes: nodes.clone(),
@@ -107,6 +109,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let limiter = RedisLimiter::<_, GcraPolicy>::cluster(connection.clone(), config);
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
+    gcra_settle_suite(&limiter, &time).await;
     let config = single_slot(common::config("cluster-sliding"));
     let time = ShiftCluster {
         nodes,
@@ -116,6 +119,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let limiter = RedisLimiter::<_, SlidingWindowPolicy>::cluster(connection, config);
     sliding_window_suite(&limiter, &time).await;
     sliding_window_lifecycle_suite(&limiter, &time).await;
+    sliding_window_settle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]

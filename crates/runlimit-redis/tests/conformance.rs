@@ -3,8 +3,9 @@
 mod common;
 
 use runlimit_conformance::{
-    fixed_window_lifecycle_suite, fixed_window_suite, gcra_lifecycle_suite, gcra_suite,
-    sliding_window_lifecycle_suite, sliding_window_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
+    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_redis::RedisLimiter;
@@ -23,6 +24,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     let limiter = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config);
     fixed_window_suite(&limiter, &time).await;
     fixed_window_lifecycle_suite(&limiter, &time).await;
+    fixed_window_settle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]
@@ -39,6 +41,7 @@ async fn gcra_passes_the_conformance_suite() {
     let limiter = RedisLimiter::<_, GcraPolicy>::new(connection, config);
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
+    gcra_settle_suite(&limiter, &time).await;
 }
 
 #[tokio::test]
@@ -55,4 +58,5 @@ async fn sliding_windows_pass_the_conformance_suite() {
     let limiter = RedisLimiter::<_, SlidingWindowPolicy>::new(connection, config);
     sliding_window_suite(&limiter, &time).await;
     sliding_window_lifecycle_suite(&limiter, &time).await;
+    sliding_window_settle_suite(&limiter, &time).await;
 }
