@@ -3,13 +3,13 @@
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
-use runlimit_core::{Backend, Lifecycle, Limiter, Policy};
+use runlimit_core::{Backend, CostError, Lifecycle, Limiter, Policy, Settle};
 use runlimit_http::draft_11::{Advertise, PolicyName, QuotaPolicy, policy_field};
 use tower_layer::Layer;
 
 use crate::{
     body::{BodyKeyed, HeadKeyed},
-    charge::{Charge, CountWhen},
+    charge::{Charge, CountWhen, Counts, Reserve},
     extract::{KeyExtractor, MissingMetadata, SharedExtractor},
     failure::FailureMode,
     fields::ResponseFields,
@@ -129,8 +129,14 @@ pub(crate) struct Config<L: Limiter, M> {
     /// is fixed, unconditional, disclosed and advertisable: valid whenever all
     /// of them are reported.
     pub(crate) static_policy_field: Option<HeaderValue>,
-    /// Set when requests count only for some responses.
+    /// Set when requests count only for some responses, or settle to what
+    /// they used.
     pub(crate) charge: Option<Arc<dyn Charge<L>>>,
+    /// Which responses count, when the application said.
+    pub(crate) counts: Option<Counts>,
+    /// The cost each check reserves, and how to build the charge that
+    /// settles it (made where the backend is known to settle).
+    pub(crate) reserve: Option<(u64, MakeSettling<L>)>,
     /// Set when every policy must be stored where all replicas share it.
     pub(crate) shared_check: Option<SharedCheck<L>>,
     /// Whether the application declared it runs as one process.
@@ -188,6 +194,8 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             fields: self.fields,
             static_policy_field: self.static_policy_field.clone(),
             charge: self.charge.clone(),
+            counts: self.counts.clone(),
+            reserve: self.reserve.clone(),
             shared_check: self.shared_check.clone(),
             process_local_allowed: self.process_local_allowed,
         }
@@ -321,6 +329,8 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection, HeadKeyed> {
                 fields: ResponseFields::Draft,
                 static_policy_field: None,
                 charge: None,
+                counts: None,
+                reserve: None,
                 shared_check: None,
                 process_local_allowed: false,
             }),
@@ -500,6 +510,8 @@ where
             fields,
             static_policy_field,
             charge,
+            counts,
+            reserve,
             shared_check,
             process_local_allowed,
             ..
@@ -514,6 +526,8 @@ where
                 fields,
                 static_policy_field,
                 charge,
+                counts,
+                reserve,
                 shared_check,
                 process_local_allowed,
             }),
@@ -619,8 +633,107 @@ where
         mut self,
         counts: impl Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.config_mut().charge = Some(Arc::new(CountWhen(counts)));
+        let counts: Counts = Arc::new(counts);
+        let config = self.config_mut();
+        config.charge = Some(match &config.reserve {
+            Some((_, settling)) => settling(Some(Arc::clone(&counts))),
+            None => Arc::new(CountWhen(Arc::clone(&counts))),
+        });
+        config.counts = Some(counts);
         self
+    }
+}
+
+/// Builds the charge of a layer that reserves, with the responses that count.
+pub(crate) type MakeSettling<L> = Arc<dyn Fn(Option<Counts>) -> Arc<dyn Charge<L>> + Send + Sync>;
+
+/// A layer was asked to reserve a cost that one of its checks' policies can
+/// never admit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReserveError {
+    /// The reservation exceeds a policy's capacity, or is zero.
+    #[error("policy {policy} cannot reserve this cost: {source}")]
+    Cost {
+        /// The policy that cannot hold the reservation.
+        policy: String,
+        /// Why.
+        source: CostError,
+    },
+    /// A check's policy is selected per request, so its capacity is not
+    /// known when the layer is built.
+    #[error("a policy selected per request cannot reserve a cost")]
+    SelectedPolicy,
+}
+
+impl<L, M, B> RateLimitLayer<L, M, B>
+where
+    L: Settle + 'static,
+    L::Policy: Advertise,
+{
+    /// Charges each of the layer's checks `units` at admission, the most a
+    /// request may use, and after the response gives back what the handler
+    /// reports it did not use, in a [`Used`](crate::Used) response extension
+    /// ([`Settle`]). For costs known only once the request has run: the
+    /// tokens of a model's answer, the rows a query returned, the bytes sent.
+    ///
+    /// Reserve the largest cost you accept: a request is admitted only if
+    /// its whole reservation fits, so concurrent requests can never together
+    /// use more than the quota while their handlers run. A response without
+    /// `Used` keeps the whole reservation, as do a dropped response future and
+    /// an inner service error; a `Used` above the reservation keeps it too.
+    /// With [`count_when`](Self::count_when) as well, a response that does not
+    /// count is refunded whole. Call it after adding the checks.
+    ///
+    /// # Errors
+    ///
+    /// [`ReserveError::Cost`] when `units` is zero or exceeds a check's
+    /// capacity, [`ReserveError::SelectedPolicy`] when a check's policy is
+    /// selected per request: both found here, not per request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use runlimit_axum::RateLimitLayer;
+    /// # use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
+    /// # use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 100,000 tokens a minute per tenant; a completion may take up to 4,000.
+    /// let tokens = FixedWindowPolicy::new(PolicyId::new("llm.tokens")?, ScopeId::new("tenant")?, 100_000, Duration::from_secs(60))?;
+    /// # let tenant = |_: &http::request::Parts, _: &FixedWindowPolicy| Ok(SubjectKey::from_digest([1; 32]));
+    /// let layer = RateLimitLayer::new(MemoryStore::new(MemoryStoreConfig::new(50_000)?))
+    ///     .check(tokens, tenant)
+    ///     .reserve(4_000)?;
+    /// // The handler inserts `runlimit_axum::Used(tokens_used)` into its response.
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reserve(mut self, units: u64) -> Result<Self, ReserveError> {
+        for rule in &self.config.rules {
+            match &rule.source {
+                PolicySource::Fixed { policy, meta } => {
+                    let capacity = policy.capacity();
+                    if units == 0 || units > capacity {
+                        return Err(ReserveError::Cost {
+                            policy: meta.name.as_str().to_owned(),
+                            source: CostError::OutOfRange {
+                                cost: units,
+                                capacity,
+                            },
+                        });
+                    }
+                }
+                _ => return Err(ReserveError::SelectedPolicy),
+            }
+        }
+        let settling: MakeSettling<L> =
+            Arc::new(|counts| -> Arc<dyn Charge<L>> { Arc::new(Reserve { counts }) });
+        let config = self.config_mut();
+        config.charge = Some(settling(config.counts.clone()));
+        config.reserve = Some((units, settling));
+        Ok(self)
     }
 }
 

@@ -33,6 +33,8 @@
 //!   and which fields (draft-11, legacy `X-RateLimit-*`) clients see;
 //! * [`RateLimitLayer::count_when`]: count only some outcomes (failed logins),
 //!   refunding the rest;
+//! * [`RateLimitLayer::reserve`]: reserve the largest cost a request may use
+//!   and settle it to the [`Used`] units its handler reports;
 //! * [`RateLimitLayer::require_shared`]: refuse a process-local backend for a
 //!   quota that must hold across replicas.
 // The gRPC mapper exists only with its feature; without it, name it unlinked.
@@ -82,6 +84,7 @@ mod rejection;
 mod service;
 
 pub use body::{BodyKeyed, BodyMode, HeadKeyed, RequestBody};
+pub use charge::Used;
 pub use connection::PeerConnection;
 pub use context::{AppliedPolicy, RateLimitContext};
 pub use extract::{KeyExtractor, MissingMetadata};
@@ -89,6 +92,6 @@ pub use extractors::{FromExtension, PeerIp, PrefixError};
 pub use failure::FailureMode;
 pub use fields::ResponseFields;
 pub use future::ResponseFuture;
-pub use layer::{ProcessLocalStorage, RateLimitLayer};
+pub use layer::{ProcessLocalStorage, RateLimitLayer, ReserveError};
 pub use rejection::{DefaultRejection, Rejection, RejectionMapper};
 pub use service::RateLimitService;

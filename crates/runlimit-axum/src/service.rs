@@ -517,7 +517,22 @@ where
                 .extractor
                 .extract(&parts, &policy.policy)
             {
-                Ok(key) => checks.push(Check::new(&*policy.policy, key)),
+                Ok(key) => match config.reserve {
+                    None => checks.push(Check::new(&*policy.policy, key)),
+                    Some((units, _)) => match Check::weighted(&*policy.policy, key, units) {
+                        Ok(check) => checks.push(check),
+                        // A check added after `reserve` whose policy cannot
+                        // hold the reservation: never admitted unreserved.
+                        Err(_) => {
+                            return Ok(config.mapper.respond(&Rejection::MissingMetadata {
+                                policy: Some(&policy.meta.get().name),
+                                missing: MissingMetadata::new(
+                                    "a policy whose capacity holds the reserved cost",
+                                ),
+                            }));
+                        }
+                    },
+                },
                 Err(missing) => {
                     return Ok(config.mapper.respond(&Rejection::MissingMetadata {
                         policy: Some(&policy.meta.get().name),
@@ -592,11 +607,13 @@ where
         RateLimitContext::record(&mut parts.extensions, applied);
 
         let mut response = inner.call(Request::from_parts(parts, body)).await?;
-        if let Some(charge) = &config.charge
-            && !charge.counts(response.status(), response.headers())
-        {
-            // Boxed, so that only a refunded request pays for the refunds' state.
-            Box::pin(refund_all(&**charge, &config.limiter, groups)).await;
+        if let Some(charge) = &config.charge {
+            if !charge.counts(response.status(), response.headers()) {
+                // Boxed, so that only a refunded request pays for the refunds' state.
+                Box::pin(refund_all(&**charge, &config.limiter, groups)).await;
+            } else if let Some(used) = charge.used(response.extensions()) {
+                Box::pin(settle_all(&**charge, &config.limiter, groups, used)).await;
+            }
         }
         prepend(response.headers_mut(), fields);
         Ok(response)
@@ -612,6 +629,21 @@ async fn refund_all<L: Limiter>(
 ) {
     for group in groups {
         charge.refund(limiter, &group.checks, group.receipt).await;
+    }
+}
+
+/// Settles every group of a request to the `used` units its response
+/// reported.
+async fn settle_all<L: Limiter>(
+    charge: &dyn Charge<L>,
+    limiter: &L,
+    groups: Groups<'_, L::Policy>,
+    used: u64,
+) {
+    for group in groups {
+        charge
+            .settle(limiter, &group.checks, group.receipt, used)
+            .await;
     }
 }
 
