@@ -18,13 +18,15 @@
 //! One module per capability: [`fixed_window`](mod@fixed_window),
 //! [`sliding_window`](mod@sliding_window) and [`gcra`](mod@gcra) hold the
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
-//! reset cases; [`sliding_log`] holds the exact reference that random
+//! reset cases, [`settle`] the partial refunds and [`grant`](mod@grant) the
+//! grants of as many units as fit; [`sliding_log`] holds the exact reference that random
 //! sliding-window traces are checked against.
 //!
 //! [`Lifecycle`]: runlimit_core::Lifecycle
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod grant;
 pub mod lifecycle;
 pub mod settle;
 pub mod sliding_log;
@@ -33,6 +35,7 @@ mod windows;
 
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
+pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant_suite};
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };

@@ -80,6 +80,7 @@ mod check;
 mod decision;
 mod divisor;
 pub mod gcra;
+pub mod grant;
 mod hmac_midstate;
 mod id;
 pub mod key;
@@ -95,6 +96,7 @@ pub use backend::{Backend, Storage};
 pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
 pub use check::{Check, CostError, TierCheck};
 pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};
+pub use grant::{Grant, Granted};
 pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
 pub use key::{
     CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,

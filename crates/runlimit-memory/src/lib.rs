@@ -98,10 +98,10 @@
 //!   failed closed and alert. [`Store::recover_poisoned`] empties only poisoned
 //!   shards, an explicit availability trade-off: their lost state may admit
 //!   requests it would have denied.
-//! * **Refund, settle, peek and reset** ([`runlimit_core::Lifecycle`] and
-//!   [`runlimit_core::Settle`], also as inherent [`Store::admit`],
-//!   [`Store::refund`], [`Store::settle`], [`Store::peek`] and
-//!   [`Store::reset`]) hold the shard only for reading and lock the key's
+//! * **Refund, settle, grant, peek and reset** ([`runlimit_core::Lifecycle`],
+//!   [`runlimit_core::Settle`] and [`runlimit_core::Grant`], also as inherent
+//!   [`Store::admit`], [`Store::refund`], [`Store::settle`],
+//!   [`Store::grant`], [`Store::peek`] and [`Store::reset`]) hold the shard only for reading and lock the key's
 //!   entry, like a check. Each entry carries a 32-bit version (drawn afresh for
 //!   a new key, changed by a reset and by refunds that void other receipts), so
 //!   a receipt credits only the state it was issued for. A reset leaves the

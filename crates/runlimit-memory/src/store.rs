@@ -11,9 +11,9 @@ use smallvec::SmallVec;
 
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
-    CapacityObservation, Check, CleanupObservation, Decision, Denial, Lifecycle, Limiter, Observer,
-    Operation, Policy, Receipt, RefundError, Refunded, Settle, Stamp, Storage, SubjectKey, notify,
-    validate_batch,
+    CapacityObservation, Check, CleanupObservation, Decision, Denial, Grant, Granted, Lifecycle,
+    Limiter, Observer, Operation, Policy, Receipt, RefundError, Refunded, Settle, Stamp, Storage,
+    SubjectKey, grant::grant_bound, notify, validate_batch,
 };
 
 use crate::{
@@ -140,6 +140,87 @@ impl<A: Algorithm> Store<A> {
         let receipt = committed
             .map(|stamp| Receipt::new(A::ISSUER, [Admitted::new(check, Stamp::new(stamp))]));
         Ok(Admission::new(decision, receipt))
+    }
+
+    /// Consumes between `check.cost()` and `up_to` units, as many as fit now;
+    /// see [`Grant`]. A stored key is decided under its entry's lock; a new
+    /// key is admitted at the whole bound (a fresh quota holds it), through
+    /// the path that stores keys, so capacity and cleanup work as for a check.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
+    pub fn grant(
+        &self,
+        check: &Check<'_, A::Policy>,
+        up_to: u64,
+    ) -> Result<Granted, MemoryStoreError> {
+        let policy = check.policy();
+        let bound = grant_bound(check, up_to);
+        let of_cost = |units: u64| {
+            Check::weighted(policy, *check.subject(), units)
+                .unwrap_or_else(|_| unreachable!("a grant stays within the policy's capacity"))
+        };
+        // A key another thread stores between the two paths is decided again
+        // under its lock; after that, the check's own cost decides.
+        for _ in 0..2 {
+            let report = AdmissionReporter::start(self.observer.as_deref());
+            let locked = self.with_entry(check, |held, now| {
+                let state = held.state();
+                let fits = A::peek(policy, Some(state), check.cost(), now)
+                    .remaining()
+                    .filter(|&available| available >= check.cost());
+                let units = fits.map_or(check.cost(), |available| available.min(bound));
+                match A::evaluate(policy, Some(state), units, now) {
+                    // Dropping `held` releases the entry unchanged.
+                    Evaluation::Denied(denial) => {
+                        (Decision::for_mode(policy.quota_mode(), denial), 0, None)
+                    }
+                    Evaluation::Allowed { admitted, next } => {
+                        held.commit(next);
+                        (A::decision(policy, admitted), units, Some(A::stamp(&next)))
+                    }
+                }
+            });
+            let (decision, units, stamp) = match locked {
+                Ok(Some(granted)) => granted,
+                Ok(None) => {
+                    // Not stored: a fresh quota holds the whole bound (the
+                    // admission reports itself).
+                    let wanted = of_cost(bound);
+                    let (decision, receipt) = self.admit(&wanted)?.into_parts();
+                    let raced = decision.denial().is_some_and(Denial::is_quota_exceeded);
+                    if !raced {
+                        let units = if receipt.is_some() { bound } else { 0 };
+                        return Ok(Granted::new(decision, units, receipt));
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    report.finish(
+                        Operation::Check,
+                        std::slice::from_ref(check),
+                        AdmissionOutcome::of_failure(false),
+                    );
+                    return Err(error);
+                }
+            };
+            report.finish(
+                Operation::Check,
+                std::slice::from_ref(&of_cost(units.max(check.cost()))),
+                AdmissionOutcome::of_decision(&decision),
+            );
+            let receipt = stamp.map(|stamp| {
+                Receipt::new(
+                    A::ISSUER,
+                    [Admitted::new(&of_cost(units), Stamp::new(stamp))],
+                )
+            });
+            return Ok(Granted::new(decision, units, receipt));
+        }
+        let (decision, receipt) = self.admit(check)?.into_parts();
+        let units = if receipt.is_some() { check.cost() } else { 0 };
+        Ok(Granted::new(decision, units, receipt))
     }
 
     /// One check, observed; with the stamp of the state it committed when
@@ -943,6 +1024,20 @@ where
         subject: &SubjectKey,
     ) -> Result<bool, Self::Error> {
         Store::reset(self, policy, subject)
+    }
+}
+
+impl<A: Algorithm> Grant for Store<A>
+where
+    A::Policy: Policy,
+{
+    /// Runs [`Store::grant`] when first polled.
+    async fn grant(
+        &self,
+        check: &Check<'_, Self::Policy>,
+        up_to: u64,
+    ) -> Result<Granted, Self::Error> {
+        Store::grant(self, check, up_to)
     }
 }
 

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
-    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
 use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
 
@@ -30,6 +31,7 @@ async fn memory_store_passes_the_fixed_window_suite() {
     fixed_window_suite(&store, &Manual(clock.clone())).await;
     fixed_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
     fixed_window_settle_suite(&store, &Manual(clock)).await;
+    fixed_window_grant_suite(&store).await;
 }
 
 #[tokio::test]
@@ -40,6 +42,7 @@ async fn single_shard_memory_store_passes_the_fixed_window_suite() {
     fixed_window_suite(&store, &Manual(clock.clone())).await;
     fixed_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
     fixed_window_settle_suite(&store, &Manual(clock)).await;
+    fixed_window_grant_suite(&store).await;
 }
 
 #[tokio::test]
@@ -49,6 +52,7 @@ async fn gcra_store_passes_the_gcra_suite() {
     gcra_suite(&store, &Manual(clock.clone())).await;
     gcra_lifecycle_suite(&store, &Manual(clock.clone())).await;
     gcra_settle_suite(&store, &Manual(clock)).await;
+    gcra_grant_suite(&store).await;
 }
 
 #[tokio::test]
@@ -62,5 +66,6 @@ async fn sliding_window_store_passes_the_sliding_window_suite() {
         sliding_window_suite(&store, &Manual(clock.clone())).await;
         sliding_window_lifecycle_suite(&store, &Manual(clock.clone())).await;
         sliding_window_settle_suite(&store, &Manual(clock)).await;
+        sliding_window_grant_suite(&store).await;
     }
 }

@@ -337,6 +337,58 @@ BEGIN
 END;
 $$;
 
+-- A grant: between p_cost and p_up_to units of one counter, as many as its
+-- live window has room for, in one statement (the shared half of a lease).
+-- It takes the counter's advisory lock and then its row lock, the order of
+-- the general path, reads the room on the database's clock and admits that
+-- many units with runlimit_check_fixed_windows as one check of that cost (a
+-- new counter claims its capacity there). While the locks are held the room
+-- can only grow (the window may end), so that admission is allowed unless
+-- not even p_cost fitted or a new counter's shard is full; r_granted is then
+-- 0. The other columns are what runlimit_check_fixed_windows reports.
+CREATE FUNCTION runlimit_grant_fixed_window(
+    p_key bytea,
+    p_lock_id bigint,
+    p_limit bigint,
+    p_window_us bigint,
+    p_cost bigint,
+    p_up_to bigint,
+    p_max_rows_per_shard integer,
+    p_lock_timeout_ms integer,
+    p_relaxed_durability boolean,
+    OUT r_granted bigint,
+    OUT r_outcome smallint,
+    OUT r_used bigint,
+    OUT r_expires_us bigint,
+    OUT r_now_us bigint
+)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_now timestamptz;
+    v_row record;
+BEGIN
+    v_now := 'epoch'::timestamptz
+        + runlimit_begin(ARRAY[p_lock_id], p_lock_timeout_ms, p_relaxed_durability) * interval '1 microsecond';
+    SELECT w.used, w.window_expires_at INTO v_row
+    FROM runlimit_fixed_windows AS w
+    WHERE w.counter_key = p_key
+    FOR UPDATE;
+    IF FOUND AND v_row.window_expires_at > v_now THEN
+        r_granted := LEAST(p_up_to, GREATEST(p_limit - v_row.used, p_cost));
+    ELSE
+        r_granted := LEAST(p_up_to, p_limit);
+    END IF;
+    SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_now_us
+    INTO r_outcome, r_used, r_expires_us, r_now_us
+    FROM runlimit_check_fixed_windows(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
+        ARRAY[p_window_us], ARRAY[r_granted], p_max_rows_per_shard, p_lock_timeout_ms,
+        p_relaxed_durability) AS c;
+    IF r_outcome <> 0 THEN
+        r_granted := 0;
+    END IF;
+END;
+$$;
+
 -- Refunds of fixed-window admissions. A receipt names its window by the
 -- expiry the admission reported and carries the count it left (fixed
 -- windows need no row version: a renewal, a re-anchoring refund and a new

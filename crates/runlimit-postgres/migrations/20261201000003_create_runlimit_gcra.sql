@@ -238,6 +238,69 @@ BEGIN
 END;
 $$;
 
+-- A grant: between p_cost and p_up_to units of one counter, as many as its
+-- tolerance holds now, in one statement (the shared half of a lease). Under
+-- the counter's advisory and row locks (the general path's order) it reads
+-- how far the arrival time lies ahead of the database's clock, computes in
+-- exact numerics how many increments of p_period_us / p_quota fit within the
+-- tolerance, and admits that many with runlimit_check_gcra as one check of
+-- that cost. While the locks are held the room can only grow, so that
+-- admission is allowed unless not even p_cost fitted or a new counter's
+-- shard is full; r_granted is then 0. The other columns are what
+-- runlimit_check_gcra reports.
+CREATE FUNCTION runlimit_grant_gcra(
+    p_key bytea,
+    p_lock_id bigint,
+    p_quota bigint,
+    p_period_us bigint,
+    p_tolerance_us bigint,
+    p_tolerance_rem bigint,
+    p_cost bigint,
+    p_up_to bigint,
+    p_max_rows_per_shard integer,
+    p_lock_timeout_ms integer,
+    p_relaxed_durability boolean,
+    OUT r_granted bigint,
+    OUT r_outcome smallint,
+    OUT r_ahead_us bigint,
+    OUT r_ahead_rem bigint,
+    OUT r_now_us bigint,
+    OUT r_version bigint
+)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_now_us bigint;
+    v_row record;
+    v_ahead numeric := 0;
+    v_fits numeric;
+    v_increment numeric;
+BEGIN
+    v_now_us := runlimit_begin(ARRAY[p_lock_id], p_lock_timeout_ms, p_relaxed_durability);
+    SELECT g.tat_us, g.tat_rem INTO v_row
+    FROM runlimit_gcra AS g
+    WHERE g.counter_key = p_key
+    FOR UPDATE;
+    -- How far max(arrival time, now) lies ahead of now, in 1/p_quota µs.
+    IF FOUND AND (v_row.tat_us > v_now_us OR (v_row.tat_us = v_now_us AND v_row.tat_rem > 0)) THEN
+        v_ahead := (v_row.tat_us - v_now_us)::numeric * p_quota + v_row.tat_rem;
+    END IF;
+    v_fits := pg_catalog.floor(
+        (p_tolerance_us::numeric * p_quota + p_tolerance_rem - v_ahead) / p_period_us);
+    r_granted := LEAST(p_up_to::numeric, GREATEST(v_fits, p_cost::numeric))::bigint;
+    v_increment := r_granted::numeric * p_period_us;
+    SELECT c.r_outcome, c.r_ahead_us, c.r_ahead_rem, c.r_now_us, c.r_version
+    INTO r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version
+    FROM runlimit_check_gcra(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_quota],
+        ARRAY[pg_catalog.div(v_increment, p_quota)::bigint],
+        ARRAY[pg_catalog.mod(v_increment, p_quota)::bigint],
+        ARRAY[p_tolerance_us], ARRAY[p_tolerance_rem],
+        p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c;
+    IF r_outcome <> 0 THEN
+        r_granted := 0;
+    END IF;
+END;
+$$;
+
 -- Refunds of GCRA admissions: credits what is left of the admission's own
 -- replenishment, min(increment, tat_admitted - now), from the current arrival
 -- time, if the row's version is the receipt's; crediting an admission that

@@ -243,6 +243,65 @@ BEGIN
 END;
 $$;
 
+-- A grant: between p_cost and p_up_to units of one counter, as many as its
+-- nine eighths leave room for now, in one statement (the shared half of a
+-- lease). Under the counter's advisory and row locks (the general path's
+-- order) it sums the counts still counted at the database's clock and admits
+-- the room with runlimit_check_sliding_windows as one check of that cost.
+-- While the locks are held the counts can only fall out, so that admission
+-- is allowed unless not even p_cost fitted or a new counter's shard is full;
+-- r_granted is then 0. The other columns are what
+-- runlimit_check_sliding_windows reports.
+CREATE FUNCTION runlimit_grant_sliding_window(
+    p_key bytea,
+    p_lock_id bigint,
+    p_limit bigint,
+    p_sub_window_us bigint,
+    p_cost bigint,
+    p_up_to bigint,
+    p_max_rows_per_shard integer,
+    p_lock_timeout_ms integer,
+    p_relaxed_durability boolean,
+    OUT r_granted bigint,
+    OUT r_outcome smallint,
+    OUT r_latest bigint,
+    OUT r_counts bigint[],
+    OUT r_now_us bigint,
+    OUT r_version bigint
+)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_now_us bigint;
+    v_row record;
+    v_total bigint := 0;
+    v_counts bigint[];
+    j integer;
+BEGIN
+    v_now_us := runlimit_begin(ARRAY[p_lock_id], p_lock_timeout_ms, p_relaxed_durability);
+    SELECT s.counts,
+        (EXTRACT(EPOCH FROM s.expires_at) * 1000000)::bigint / p_sub_window_us - 9 AS latest
+    INTO v_row
+    FROM runlimit_sliding_windows AS s
+    WHERE s.counter_key = p_key
+    FOR UPDATE;
+    IF FOUND THEN
+        v_counts := runlimit_sliding_counts_at(v_row.counts, v_row.latest, v_now_us / p_sub_window_us);
+        FOR j IN 1..9 LOOP
+            v_total := v_total + v_counts[j];
+        END LOOP;
+    END IF;
+    r_granted := LEAST(p_up_to, GREATEST(p_limit - v_total, p_cost));
+    SELECT c.r_outcome, c.r_latest, c.r_counts, c.r_now_us, c.r_version
+    INTO r_outcome, r_latest, r_counts, r_now_us, r_version
+    FROM runlimit_check_sliding_windows(ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
+        ARRAY[p_sub_window_us], ARRAY[r_granted], p_max_rows_per_shard, p_lock_timeout_ms,
+        p_relaxed_durability) AS c;
+    IF r_outcome <> 0 THEN
+        r_granted := 0;
+    END IF;
+END;
+$$;
+
 -- Refunds of sliding-window admissions: gives the cost back to the eighth the
 -- admission was counted in (p_admitted_in), at most what that eighth still
 -- holds, while it still counts and the row's version is the receipt's. The

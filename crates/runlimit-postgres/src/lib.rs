@@ -89,8 +89,12 @@
 //!
 //! # Refund, peek and reset
 //!
-//! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`] and
-//! [`runlimit_core::Settle`]. A refund, or a settlement giving back part of a
+//! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`],
+//! [`runlimit_core::Settle`] and [`runlimit_core::Grant`]. A grant is one
+//! statement (`runlimit_grant_fixed_window`, `runlimit_grant_gcra`,
+//! `runlimit_grant_sliding_window`) that takes the counter's advisory and row
+//! locks, reads its room on the database's clock and admits that many units
+//! through the general path. A refund, or a settlement giving back part of a
 //! receipt, is one statement (`runlimit_refund_fixed_windows`,
 //! `runlimit_refund_gcra`, `runlimit_refund_sliding_windows`) taking
 //! the check's advisory and row locks in the same order; a fixed-window refund

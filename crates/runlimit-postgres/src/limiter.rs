@@ -9,15 +9,20 @@ use std::{
 
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
-    SubjectKey,
+    CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle,
+    Limiter, Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp,
+    Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
+    grant::grant_bound,
     notify,
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
 };
-use sqlx::{PgConnection, PgPool, Postgres, Row, postgres::PgArguments, query::Query};
+use sqlx::{
+    PgConnection, PgPool, Postgres, Row,
+    postgres::{PgArguments, PgRow},
+    query::Query,
+};
 
 use crate::{
     batch,
@@ -60,6 +65,18 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
         config: &PostgresConfig,
         full: &FullCounters,
     ) -> impl Future<Output = Result<Vec<Decided>, sqlx::Error>> + Send;
+
+    /// Grants `check` between its cost and `up_to` units (already bounded by
+    /// the policy's capacity) in one statement: the units granted (0 when
+    /// denied) and what a check of that cost decided.
+    #[doc(hidden)]
+    fn grant(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        up_to: u64,
+        config: &PostgresConfig,
+        full: &FullCounters,
+    ) -> impl Future<Output = Result<(u64, Decided), sqlx::Error>> + Send;
 
     /// Credits `units` (one amount per check, none zero) to `checks` under
     /// the stamps `admitted` records, in one statement; whether each check
@@ -432,6 +449,33 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         Ok(Admission::new(batch, receipt))
     }
 
+    async fn grant_units(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
+        let up_to = grant_bound(check, up_to);
+        let grant = async {
+            let (units, decided) = self
+                .run(async |connection| {
+                    P::grant(connection, check, up_to, &self.config, &self.full).await
+                })
+                .await?;
+            if !decided.decision.is_allowed() {
+                return Ok(Granted::new(decided.decision, 0, None));
+            }
+            let granted = Check::weighted(check.policy(), *check.subject(), units)
+                .map_err(|_| CheckError::UnexpectedReply)?;
+            let receipt = Receipt::new(P::ISSUER, [Admitted::new(&granted, decided.stamp)]);
+            Ok(Granted::new(decided.decision, units, Some(receipt)))
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Check,
+            std::slice::from_ref(check),
+            grant,
+            |granted| AdmissionOutcome::of_decision(granted.decision()),
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
     /// Gives back `used` (one amount per check; `None` for a whole refund)
     /// of what `receipt` records for `checks`, in one statement; checks that
     /// keep their whole cost are not sent, and nothing is sent when none
@@ -568,6 +612,18 @@ macro_rules! limiter_for {
                 subject: &SubjectKey,
             ) -> Result<bool, CheckError> {
                 self.reset_counter(policy, subject).await
+            }
+        }
+
+        /// A grant is one statement: the counter's locks, its room read on
+        /// PostgreSQL's clock, and the admission of that many units.
+        impl Grant for PostgresLimiter<$policy> {
+            async fn grant(
+                &self,
+                check: &Check<'_, $policy>,
+                up_to: u64,
+            ) -> Result<Granted, CheckError> {
+                self.grant_units(check, up_to).await
             }
         }
 
@@ -742,31 +798,39 @@ impl PgPolicy for FixedWindowPolicy {
         checks
             .iter()
             .zip(rows)
-            .map(|(check, (outcome, used, expires_us, now_us))| {
-                let left = micros_between(expires_us, now_us);
-                full.record(lock_id(check), (outcome == OUTCOME_QUOTA).then_some(left));
-                let policy = check.policy();
-                let decision = match outcome {
-                    OUTCOME_ALLOWED => Decision::allowed(
-                        policy.limit(),
-                        policy.limit().saturating_sub(as_u64(used)),
-                        left,
-                    )
-                    .map_err(|error| sqlx::Error::Decode(Box::new(error)))?,
-                    OUTCOME_QUOTA => Decision::for_mode(
-                        policy.quota_mode(),
-                        Denial::QuotaExceeded {
-                            capacity: policy.limit(),
-                            retry_after: left,
-                        },
-                    ),
-                    _ => capacity_decision(),
-                };
-                // The window the admission counts in, and the count it left.
-                let stamp = Stamp::new([i64_to_word(expires_us), as_u64(used), 0]);
-                Ok(Decided { decision, stamp })
-            })
+            .map(|(check, row)| fixed_window_decided(check, row, full))
             .collect()
+    }
+
+    async fn grant(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        up_to: u64,
+        config: &PostgresConfig,
+        full: &FullCounters,
+    ) -> Result<(u64, Decided), sqlx::Error> {
+        let policy = check.policy();
+        let row = sqlx::query(
+            "SELECT r_granted, r_outcome, r_used, r_expires_us, r_now_us \
+             FROM runlimit_grant_fixed_window($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .bind(lock_id(check))
+        .bind(as_i64(policy.limit()))
+        .bind(as_i64(policy.window_millis().saturating_mul(1_000)))
+        .bind(as_i64(check.cost()))
+        .bind(as_i64(up_to))
+        .bind_settings(config)
+        .fetch_one(connection)
+        .await?;
+        let granted = as_u64(row.try_get(0)?);
+        let reply = (
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+        );
+        Ok((granted, fixed_window_decided(check, reply, full)?))
     }
 
     async fn refund(
@@ -845,6 +909,37 @@ impl PgPolicy for FixedWindowPolicy {
     }
 }
 
+/// A fixed-window check's decision from its outcome, count, window expiry
+/// and clock sample, recording a quota denial in `full`.
+fn fixed_window_decided(
+    check: &Check<'_, FixedWindowPolicy>,
+    (outcome, used, expires_us, now_us): (i16, i64, i64, i64),
+    full: &FullCounters,
+) -> Result<Decided, sqlx::Error> {
+    let left = micros_between(expires_us, now_us);
+    full.record(lock_id(check), (outcome == OUTCOME_QUOTA).then_some(left));
+    let policy = check.policy();
+    let decision = match outcome {
+        OUTCOME_ALLOWED => Decision::allowed(
+            policy.limit(),
+            policy.limit().saturating_sub(as_u64(used)),
+            left,
+        )
+        .map_err(|error| sqlx::Error::Decode(Box::new(error)))?,
+        OUTCOME_QUOTA => Decision::for_mode(
+            policy.quota_mode(),
+            Denial::QuotaExceeded {
+                capacity: policy.limit(),
+                retry_after: left,
+            },
+        ),
+        _ => capacity_decision(),
+    };
+    // The window the admission counts in, and the count it left.
+    let stamp = Stamp::new([i64_to_word(expires_us), as_u64(used), 0]);
+    Ok(Decided { decision, stamp })
+}
+
 impl PgPolicy for GcraPolicy {
     const CLEANUP: &'static str = "SELECT runlimit_cleanup_gcra($1, $2)";
     const ISSUER: &'static str = "runlimit-postgres/gcra";
@@ -901,28 +996,38 @@ impl PgPolicy for GcraPolicy {
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| {
-                let outcome: i16 = row.try_get(0)?;
-                let ahead_us: i64 = row.try_get(1)?;
-                let ahead = ExactMicros {
-                    whole: as_u64(ahead_us),
-                    remainder: as_u64(row.try_get(2)?),
-                };
-                let now_us: i64 = row.try_get(3)?;
-                let version: i64 = row.try_get(4)?;
-                let decision = match outcome {
-                    OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
-                    _ => capacity_decision(),
-                };
-                // The arrival time the admission left, and the row's version.
-                let stamp = Stamp::new([
-                    i64_to_word(now_us.saturating_add(ahead_us)),
-                    ahead.remainder,
-                    i64_to_word(version),
-                ]);
-                Ok(Decided { decision, stamp })
-            })
+            .map(|((check, row), exact)| gcra_decided(check, exact, &row, 0))
             .collect()
+    }
+
+    async fn grant(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        up_to: u64,
+        config: &PostgresConfig,
+        _full: &FullCounters,
+    ) -> Result<(u64, Decided), sqlx::Error> {
+        let policy = check.policy();
+        let exact = GcraMicros::new(policy, check.cost());
+        let row = sqlx::query(
+            "SELECT r_granted, r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+             FROM runlimit_grant_gcra($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .bind(lock_id(check))
+        .bind(as_i64(exact.quota))
+        .bind(as_i64(policy.period_millis().saturating_mul(1_000)))
+        .bind(as_i64(exact.tolerance.whole))
+        .bind(as_i64(exact.tolerance.remainder))
+        .bind(as_i64(check.cost()))
+        .bind(as_i64(up_to))
+        .bind_settings(config)
+        .fetch_one(connection)
+        .await?;
+        let granted = as_u64(row.try_get(0)?);
+        // The decision does not depend on the cost decided: the arrival time
+        // the statement reports already holds it.
+        Ok((granted, gcra_decided(check, &exact, &row, 1)?))
     }
 
     async fn refund(
@@ -1008,6 +1113,36 @@ impl PgPolicy for GcraPolicy {
     }
 }
 
+/// A GCRA check's decision from the reply's columns starting at `first`:
+/// outcome, how far ahead of now the arrival time lies, the clock sample and
+/// the row's version.
+fn gcra_decided(
+    check: &Check<'_, GcraPolicy>,
+    exact: &GcraMicros,
+    row: &PgRow,
+    first: usize,
+) -> Result<Decided, sqlx::Error> {
+    let outcome: i16 = row.try_get(first)?;
+    let ahead_us: i64 = row.try_get(first + 1)?;
+    let ahead = ExactMicros {
+        whole: as_u64(ahead_us),
+        remainder: as_u64(row.try_get(first + 2)?),
+    };
+    let now_us: i64 = row.try_get(first + 3)?;
+    let version: i64 = row.try_get(first + 4)?;
+    let decision = match outcome {
+        OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
+        _ => capacity_decision(),
+    };
+    // The arrival time the admission left, and the row's version.
+    let stamp = Stamp::new([
+        i64_to_word(now_us.saturating_add(ahead_us)),
+        ahead.remainder,
+        i64_to_word(version),
+    ]);
+    Ok(Decided { decision, stamp })
+}
+
 impl PgPolicy for SlidingWindowPolicy {
     const CLEANUP: &'static str = "SELECT runlimit_cleanup_sliding_windows($1, $2)";
     const ISSUER: &'static str = "runlimit-postgres/sliding_window";
@@ -1071,35 +1206,40 @@ impl PgPolicy for SlidingWindowPolicy {
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| {
-                let outcome: i16 = row.try_get(0)?;
-                let judged = buckets(exact, row.try_get(1)?, &row.try_get::<Vec<i64>, _>(2)?)?;
-                let now_us = as_u64(row.try_get(3)?);
-                let version: i64 = row.try_get(4)?;
-                let policy = check.policy();
-                let decision = match (outcome, exact.admit(Some(judged), check.cost(), now_us)) {
-                    (OUTCOME_ALLOWED, SlidingOutcome::Allowed { decision, .. }) => decision,
-                    (OUTCOME_QUOTA, SlidingOutcome::Denied(denial)) => {
-                        Decision::for_mode(policy.quota_mode(), denial)
-                    }
-                    (OUTCOME_ALLOWED | OUTCOME_QUOTA, _) => {
-                        return Err(sqlx::Error::Protocol(
-                            "the sliding-window function and the client disagree on a decision"
-                                .to_owned(),
-                        ));
-                    }
-                    _ => capacity_decision(),
-                };
-                // The number of the eighth the admission counted in, and the
-                // row's version.
-                let stamp = Stamp::new([
-                    judged.latest_start / exact.sub_window,
-                    i64_to_word(version),
-                    0,
-                ]);
-                Ok(Decided { decision, stamp })
-            })
+            .map(|((check, row), exact)| sliding_window_decided(check, exact, &row, 0))
             .collect()
+    }
+
+    async fn grant(
+        connection: &mut PgConnection,
+        check: &Check<'_, Self>,
+        up_to: u64,
+        config: &PostgresConfig,
+        _full: &FullCounters,
+    ) -> Result<(u64, Decided), sqlx::Error> {
+        let policy = check.policy();
+        let exact = SlidingMicros::new(policy);
+        let row = sqlx::query(
+            "SELECT r_granted, r_outcome, r_latest, r_counts, r_now_us, r_version \
+             FROM runlimit_grant_sliding_window($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(check.counter_key().to_bytes().to_vec())
+        .bind(lock_id(check))
+        .bind(as_i64(policy.limit()))
+        .bind(as_i64(exact.sub_window))
+        .bind(as_i64(check.cost()))
+        .bind(as_i64(up_to))
+        .bind_settings(config)
+        .fetch_one(connection)
+        .await?;
+        let granted = as_u64(row.try_get(0)?);
+        // Decided as the check of the units granted (of its cost when denied).
+        let decided_as = Check::weighted(policy, *check.subject(), granted.max(check.cost()))
+            .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
+        Ok((
+            granted,
+            sliding_window_decided(&decided_as, &exact, &row, 1)?,
+        ))
     }
 
     async fn refund(
@@ -1178,6 +1318,46 @@ impl PgPolicy for SlidingWindowPolicy {
             .fetch_one(connection)
             .await
     }
+}
+
+/// A sliding-window check's decision from the reply's columns starting at
+/// `first`: outcome, the eighth and counts it was judged against, the clock
+/// sample and the row's version.
+fn sliding_window_decided(
+    check: &Check<'_, SlidingWindowPolicy>,
+    exact: &SlidingMicros,
+    row: &PgRow,
+    first: usize,
+) -> Result<Decided, sqlx::Error> {
+    let outcome: i16 = row.try_get(first)?;
+    let judged = buckets(
+        exact,
+        row.try_get(first + 1)?,
+        &row.try_get::<Vec<i64>, _>(first + 2)?,
+    )?;
+    let now_us = as_u64(row.try_get(first + 3)?);
+    let version: i64 = row.try_get(first + 4)?;
+    let policy = check.policy();
+    let decision = match (outcome, exact.admit(Some(judged), check.cost(), now_us)) {
+        (OUTCOME_ALLOWED, SlidingOutcome::Allowed { decision, .. }) => decision,
+        (OUTCOME_QUOTA, SlidingOutcome::Denied(denial)) => {
+            Decision::for_mode(policy.quota_mode(), denial)
+        }
+        (OUTCOME_ALLOWED | OUTCOME_QUOTA, _) => {
+            return Err(sqlx::Error::Protocol(
+                "the sliding-window function and the client disagree on a decision".to_owned(),
+            ));
+        }
+        _ => capacity_decision(),
+    };
+    // The number of the eighth the admission counted in, and the
+    // row's version.
+    let stamp = Stamp::new([
+        judged.latest_start / exact.sub_window,
+        i64_to_word(version),
+        0,
+    ]);
+    Ok(Decided { decision, stamp })
 }
 
 fn malformed() -> sqlx::Error {

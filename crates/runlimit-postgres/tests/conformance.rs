@@ -3,9 +3,10 @@
 mod common;
 
 use runlimit_conformance::{
-    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
-    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
 use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
@@ -21,6 +22,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     fixed_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     fixed_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     fixed_window_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    fixed_window_grant_suite(&limiter).await;
 }
 
 #[tokio::test]
@@ -34,6 +36,7 @@ async fn gcra_passes_the_conformance_suite() {
     gcra_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     gcra_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     gcra_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    gcra_grant_suite(&limiter).await;
 }
 
 #[tokio::test]
@@ -49,4 +52,5 @@ async fn sliding_windows_pass_the_conformance_suite() {
     sliding_window_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     sliding_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     sliding_window_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
+    sliding_window_grant_suite(&limiter).await;
 }

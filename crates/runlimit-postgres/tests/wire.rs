@@ -15,7 +15,7 @@ use std::{
 };
 
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId, Settle,
     SlidingWindowPolicy,
 };
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
@@ -219,6 +219,23 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
             .reset(&sliding_policy, &key(7, 0))
             .await
             .expect("warm");
+        for granted in [
+            fixed.grant(&Check::new(&window, key(9, 0)), 4).await,
+            sliding
+                .grant(&Check::new(&sliding_policy, key(9, 0)), 4)
+                .await,
+        ] {
+            assert_eq!(granted.expect("warm").units(), 4);
+        }
+        gcra.grant(&Check::new(&gcra_policy, key(9, 0)), 2)
+            .await
+            .expect("warm");
+        let four = Check::weighted(&window, key(10, 0), 4).expect("valid");
+        let receipt = fixed.admit(&four).await.expect("warm").into_parts().1;
+        fixed
+            .settle(&[four], receipt.expect("allowed"), &[1])
+            .await
+            .expect("warm");
         proxy.take();
         // A message sent after an operation returned (such as a ping on
         // release) shows up at the start of the next operation's record, so
@@ -277,6 +294,29 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
                 .await
                 .expect("reset");
             assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding reset");
+            // Grants and settlements: one round trip each.
+            fixed
+                .grant(&Check::new(&window, key(11, round)), 5)
+                .await
+                .expect("grant");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: fixed-window grant");
+            gcra.grant(&Check::new(&gcra_policy, key(11, round)), 2)
+                .await
+                .expect("grant");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: GCRA grant");
+            sliding
+                .grant(&Check::new(&sliding_policy, key(11, round)), 5)
+                .await
+                .expect("grant");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: sliding grant");
+            let four = Check::weighted(&window, key(12, round), 4).expect("valid");
+            let receipt = fixed.admit(&four).await.expect("admit").into_parts().1;
+            proxy.take();
+            fixed
+                .settle(&[four], receipt.expect("allowed"), &[1])
+                .await
+                .expect("settle");
+            assert_eq!(proxy.take(), ONE_ROUND_TRIP, "{name}: settle");
         }
     }
 

@@ -14,9 +14,14 @@
 -- The server's script engine, not the arithmetic, dominates the cost of a
 -- check, so the scripts avoid pattern matching, global lookups and table
 -- growth for the common single check.
+--   * Grants (`grant.lua`): a first pass of `admit` only measures the room
+--     a counter has (`probing`: it records `room` and denies, so nothing is
+--     written), then a second admits the units granted (`granting`), in the
+--     same atomic script. Admissions leave both unset.
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
+local probing, granting, room = false, nil, 0
 
 -- The integers of `state` ("a:b:c") into `into`, in order; returns how many.
 -- A field that is not an integer reads as nil.

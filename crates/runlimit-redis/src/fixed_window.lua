@@ -17,6 +17,12 @@ local function admit(k, n, a)
         if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
             used, expires = stored[1], stored[2]
         end
+        if granting then
+            cost = granting
+        elseif probing then
+            room = limit - used
+            return false
+        end
         local outcome = 0
         if used + cost <= limit then
             used = used + cost

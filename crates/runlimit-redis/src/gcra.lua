@@ -11,6 +11,59 @@
 -- ahead_rem (how far the new arrival time lies ahead of now) and the version;
 -- then now_us.
 local stored = {0, 0, 0}
+local floor = math.floor
+
+-- x // q and x % q for integers below 2^53: floor(x / q) may be off by one
+-- where the quotient rounds, and products below 2^53 are exact.
+local function divmod(x, q)
+    local d = floor(x / q)
+    local m = x - d * q
+    if m < 0 then
+        d, m = d - 1, m + q
+    elseif m >= q then
+        d, m = d + 1, m - q
+    end
+    return d, m
+end
+
+-- n increments of (us, rem / quota) µs, exactly: n * rem may pass 2^53
+-- (both reach 1e9), so rem is split into halves of 15 bits.
+local function times(n, us, rem, quota)
+    local high, low = divmod(rem, 32768)
+    local q1, r1 = divmod(n * high, quota)
+    local q2, r2 = divmod(r1 * 32768 + n * low, quota)
+    local whole, fraction = n * us + q1 * 32768 + q2, r2
+    return whole, fraction
+end
+
+-- How many increments of (us, rem / quota) µs fit between an arrival time
+-- `ahead_us` + `ahead_rem` / quota ahead of now and the tolerance: estimated
+-- in floating point, then made exact against `times`.
+local function fitting(ahead_us, ahead_rem, us, rem, tol_us, tol_rem, quota)
+    local function fits(n)
+        local whole, fraction = times(n, us, rem, quota)
+        whole, fraction = ahead_us + whole, ahead_rem + fraction
+        if fraction >= quota then
+            whole, fraction = whole + 1, fraction - quota
+        end
+        return whole < tol_us or (whole == tol_us and fraction <= tol_rem)
+    end
+    local n = floor(((tol_us - ahead_us) + (tol_rem - ahead_rem) / quota) / (us + rem / quota))
+    if n < 0 then
+        n = 0
+    end
+    while n > 0 and not fits(n) do
+        n = n - 1
+    end
+    while fits(n + 1) do
+        n = n + 1
+    end
+    if not fits(n) then
+        return -1
+    end
+    return n
+end
+
 local function admit(k, n, a)
     local reply = n == 1 and {0, 0, 0, 0, 0} or {}
     local tat_us, tat_rem, versions = {}, {}, {}
@@ -32,6 +85,12 @@ local function admit(k, n, a)
                     t, r = stored_t, stored_r
                 end
             end
+        end
+        if granting then
+            inc_us, inc_rem = times(granting, inc_us, inc_rem, quota)
+        elseif probing then
+            room = fitting(t - now, r, inc_us, inc_rem, tol_us, tol_rem, quota)
+            return false
         end
         t = t + inc_us
         r = r + inc_rem

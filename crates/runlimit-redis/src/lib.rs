@@ -59,8 +59,10 @@
 //!
 //! # Refund, peek and reset
 //!
-//! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`] and
-//! [`runlimit_core::Settle`]: a refund, or a settlement giving back part of a
+//! [`RedisLimiter`] implements [`runlimit_core::Lifecycle`],
+//! [`runlimit_core::Settle`] and [`runlimit_core::Grant`] (a grant is one
+//! script that measures the counter's room, then admits that many units, on
+//! one reading of `TIME`): a refund, or a settlement giving back part of a
 //! receipt, is one atomic script on Redis's clock, a peek one read-only script (`TIME` and
 //! `GET`), a reset one `DEL`. GCRA state carries a version (the counter's
 //! creation time) that receipts are checked against. On a cluster each works

@@ -13,9 +13,10 @@ use redis::{
 };
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    Decision, Denial, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, Observer, Operation,
-    Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter, Observer,
+    Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
+    grant::grant_bound,
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
 };
@@ -80,6 +81,9 @@ static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
 static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
 static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
 static PEEK: LazyLock<Lua> = script!("peek.lua");
+static FIXED_WINDOW_GRANT: LazyLock<Lua> = script!("fixed_window.lua", "grant.lua");
+static SLIDING_WINDOW_GRANT: LazyLock<Lua> = script!("sliding_window.lua", "grant.lua");
+static GCRA_GRANT: LazyLock<Lua> = script!("gcra.lua", "grant.lua");
 
 mod sealed {
     pub trait Sealed {}
@@ -105,6 +109,17 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
     #[doc(hidden)]
     fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>>;
+    /// The grant script, and its arguments for a grant of `check` of at most
+    /// `up_to` units: the check's own arguments (for GCRA, those of one
+    /// unit), then its cost and the bound.
+    #[doc(hidden)]
+    fn grant_script() -> &'static Lua;
+    #[doc(hidden)]
+    fn grant_arguments(check: &Check<'_, Self>, up_to: u64) -> Vec<i64> {
+        let mut arguments = Self::arguments(std::slice::from_ref(check));
+        arguments.extend([as_i64(check.cost()), as_i64(up_to)]);
+        arguments
+    }
     /// The refund script and its arguments crediting `units` (one amount per
     /// check, none zero) under a receipt's `admitted` stamps.
     #[doc(hidden)]
@@ -366,6 +381,38 @@ where
         Ok(Admission::new(batch, receipt))
     }
 
+    async fn grant_units(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
+        let up_to = grant_bound(check, up_to);
+        let grant = async {
+            let keys = self.keys(std::slice::from_ref(check))?;
+            let arguments = P::grant_arguments(check, up_to);
+            let (units, reply): (i64, Vec<i64>) =
+                self.invoke(P::grant_script(), &keys, &arguments).await?;
+            let units = u64::try_from(units).map_err(|_| CheckError::UnexpectedReply)?;
+            // Decided as the check of the units granted (of its cost when denied).
+            let decided_as =
+                Check::weighted(check.policy(), *check.subject(), units.max(check.cost()))
+                    .map_err(|_| CheckError::UnexpectedReply)?;
+            let (decision, stamp) = P::decisions(std::slice::from_ref(&decided_as), &reply)
+                .and_then(|mut decided| decided.pop())
+                .ok_or(CheckError::UnexpectedReply)?;
+            if !decision.is_allowed() {
+                return Ok(Granted::new(decision, 0, None));
+            }
+            let receipt = Receipt::new(P::ISSUER, [Admitted::new(&decided_as, stamp)]);
+            Ok(Granted::new(decision, units, Some(receipt)))
+        };
+        AdmissionReporter::observe(
+            self.observer.as_deref(),
+            Operation::Check,
+            std::slice::from_ref(check),
+            grant,
+            |granted| AdmissionOutcome::of_decision(granted.decision()),
+            CheckError::may_have_consumed_quota,
+        )
+        .await
+    }
+
     /// Gives back `used` (one amount per check; `None` for a whole refund)
     /// of what `receipt` records for `checks`, in one script; checks that
     /// keep their whole cost are not sent, and nothing is sent when none
@@ -615,6 +662,21 @@ macro_rules! limiter_for {
             }
         }
 
+        /// A grant is one atomic script on Redis's clock: the counter's room
+        /// measured, then that many units admitted.
+        impl<C> Grant for RedisLimiter<C, $policy>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            async fn grant(
+                &self,
+                check: &Check<'_, $policy>,
+                up_to: u64,
+            ) -> Result<Granted, CheckError> {
+                self.grant_units(check, up_to).await
+            }
+        }
+
         /// A settlement is a refund of the unused units: one script, or none
         /// when every check keeps its whole cost.
         impl<C> Settle for RedisLimiter<C, $policy>
@@ -724,6 +786,10 @@ impl RedisPolicy for FixedWindowPolicy {
             .collect()
     }
 
+    fn grant_script() -> &'static Lua {
+        &FIXED_WINDOW_GRANT
+    }
+
     fn refund_script() -> &'static Lua {
         &FIXED_WINDOW_REFUND
     }
@@ -816,6 +882,18 @@ impl RedisPolicy for GcraPolicy {
                 Some((exact.decision(check.policy(), ahead), stamp))
             })
             .collect()
+    }
+
+    fn grant_script() -> &'static Lua {
+        &GCRA_GRANT
+    }
+
+    /// The script computes the increment of the units it grants from the
+    /// increment of one unit.
+    fn grant_arguments(check: &Check<'_, Self>, up_to: u64) -> Vec<i64> {
+        let mut arguments = Self::arguments(&[Check::new(check.policy(), *check.subject())]);
+        arguments.extend([as_i64(check.cost()), as_i64(up_to)]);
+        arguments
     }
 
     fn refund_script() -> &'static Lua {
@@ -935,6 +1013,10 @@ impl RedisPolicy for SlidingWindowPolicy {
             })
             .collect::<Option<Vec<_>>>()?;
         rest.is_empty().then_some(decided)
+    }
+
+    fn grant_script() -> &'static Lua {
+        &SLIDING_WINDOW_GRANT
     }
 
     fn refund_script() -> &'static Lua {

@@ -77,13 +77,19 @@ local function admit(k, n, a)
                 reply[at + 4 + j] = c
             end
         end
+        if granting then
+            cost = granting
+        elseif probing then
+            room = limit - total
+            return false
+        end
         local outcome = total + cost <= limit and 0 or 1
         reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = outcome, latest, version, sent
         at = at + 4 + sent
         return outcome == 0
     end, function(i)
         local base, start = a + 3 * (i - 1), starts[i]
-        local g, cost = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+        local g, cost = tonumber(ARGV[base + 2]), granting or tonumber(ARGV[base + 3])
         local sent = reply[start + 4]
         local expires = (reply[start + 2] + 9) * g
         local state = format('%d:%d:%d', expires, reply[start + 3], (reply[start + 5] or 0) + cost)

@@ -9,9 +9,10 @@ use std::time::Duration;
 use common::Layout;
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    TimeControl, fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
-    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
 use runlimit_core::{
     Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
@@ -100,6 +101,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     fixed_window_suite(&limiter, &time).await;
     fixed_window_lifecycle_suite(&limiter, &time).await;
     fixed_window_settle_suite(&limiter, &time).await;
+    fixed_window_grant_suite(&limiter).await;
     let config = single_slot(common::config("cluster-gcra"));
     let time = ShiftCluster {
         nodes: nodes.clone(),
@@ -110,6 +112,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
     gcra_settle_suite(&limiter, &time).await;
+    gcra_grant_suite(&limiter).await;
     let config = single_slot(common::config("cluster-sliding"));
     let time = ShiftCluster {
         nodes,
@@ -120,6 +123,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     sliding_window_suite(&limiter, &time).await;
     sliding_window_lifecycle_suite(&limiter, &time).await;
     sliding_window_settle_suite(&limiter, &time).await;
+    sliding_window_grant_suite(&limiter).await;
 }
 
 #[tokio::test]

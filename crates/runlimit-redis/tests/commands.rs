@@ -9,7 +9,7 @@ use std::{collections::HashMap, time::Duration};
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
+    Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId, Settle,
     SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
@@ -166,6 +166,14 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
         .refund(&recent_batch, receipt.expect("allowed"))
         .await
         .expect("refund");
+    fixed
+        .grant(&Check::new(&client, key(1)), 1)
+        .await
+        .expect("grant");
+    gcra.grant(&Check::new(&rate, key(1)), 1)
+        .await
+        .expect("grant");
+    sliding.grant(&recent_batch[0], 1).await.expect("grant");
 
     for round in 2..5 {
         let single = Check::new(&client, key(round));
@@ -278,5 +286,40 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
             (0, 1),
             "a sliding-window reset"
         );
+        // Grants and settlements: one script each.
+        let (scripts, _) = sent(&mut admin, async || {
+            let granted = fixed
+                .grant(&Check::new(&client, key(round)), 3)
+                .await
+                .expect("grant");
+            assert!(granted.units() > 0, "granted");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a fixed-window grant");
+        let (scripts, _) = sent(&mut admin, async || {
+            gcra.grant(&one, 2).await.expect("grant");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a GCRA grant");
+        let (scripts, _) = sent(&mut admin, async || {
+            sliding.grant(&recent_batch[0], 2).await.expect("grant");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a sliding-window grant");
+        let mut granted = fixed
+            .grant(&Check::new(&client, key(round.wrapping_add(100))), 2)
+            .await
+            .expect("grant");
+        let receipt = granted.take_receipt().expect("granted");
+        let as_admitted =
+            Check::weighted(&client, key(round.wrapping_add(100)), granted.units()).expect("valid");
+        let (scripts, _) = sent(&mut admin, async || {
+            fixed
+                .settle(&[as_admitted], receipt, &[1])
+                .await
+                .expect("settle");
+        })
+        .await;
+        assert_eq!(scripts, 1, "a settlement");
     }
 }

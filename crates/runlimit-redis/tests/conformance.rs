@@ -3,9 +3,10 @@
 mod common;
 
 use runlimit_conformance::{
-    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite,
-    gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
 use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_redis::RedisLimiter;
@@ -25,6 +26,7 @@ async fn fixed_windows_pass_the_conformance_suite() {
     fixed_window_suite(&limiter, &time).await;
     fixed_window_lifecycle_suite(&limiter, &time).await;
     fixed_window_settle_suite(&limiter, &time).await;
+    fixed_window_grant_suite(&limiter).await;
 }
 
 #[tokio::test]
@@ -42,6 +44,7 @@ async fn gcra_passes_the_conformance_suite() {
     gcra_suite(&limiter, &time).await;
     gcra_lifecycle_suite(&limiter, &time).await;
     gcra_settle_suite(&limiter, &time).await;
+    gcra_grant_suite(&limiter).await;
 }
 
 #[tokio::test]
@@ -59,4 +62,5 @@ async fn sliding_windows_pass_the_conformance_suite() {
     sliding_window_suite(&limiter, &time).await;
     sliding_window_lifecycle_suite(&limiter, &time).await;
     sliding_window_settle_suite(&limiter, &time).await;
+    sliding_window_grant_suite(&limiter).await;
 }
