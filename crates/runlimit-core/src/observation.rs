@@ -439,6 +439,7 @@ pub struct AdmissionObservation<'a> {
     consumption: Consumption,
     elapsed: Duration,
     cached: bool,
+    leased: bool,
 }
 
 impl<'a> AdmissionObservation<'a> {
@@ -462,6 +463,7 @@ impl<'a> AdmissionObservation<'a> {
             consumption,
             elapsed,
             cached: false,
+            leased: false,
         }
     }
 
@@ -479,6 +481,22 @@ impl<'a> AdmissionObservation<'a> {
     #[must_use]
     pub fn cached(&self) -> bool {
         self.cached
+    }
+
+    /// The same observation, admitted from units a lease already held (a
+    /// `runlimit_memory::Leased` replica), without asking the shared backend.
+    #[must_use]
+    pub fn from_lease(self) -> Self {
+        Self {
+            leased: true,
+            ..self
+        }
+    }
+
+    /// Whether it was admitted from a lease without asking the backend.
+    #[must_use]
+    pub fn leased(&self) -> bool {
+        self.leased
     }
 
     /// Single check or batch.

@@ -119,6 +119,10 @@
 //! * [`Tiered`]: a local gate and a shared backend as one admission. The
 //!   gate's checks run first and are consumed; the shared ones run only if it
 //!   allowed; a shared denial or failure refunds the gate.
+//! * [`Leased`]: a lease per hot key, so checks are admitted from units the
+//!   shared store granted this replica, without a round trip; every unit
+//!   admitted was consumed at the shared store first, and the unspent ones
+//!   go back with a settlement.
 //! * [`DenialCache`] and [`Cached`]: keys the backend denied are denied
 //!   locally, without a round trip, until the backend's own retry time; see
 //!   the [`DenialCache`] documentation for exactly when a cached denial can
@@ -155,6 +159,7 @@ mod clock;
 mod config;
 mod denial_cache;
 mod error;
+mod leased;
 mod shard;
 mod stats;
 mod store;
@@ -171,6 +176,7 @@ pub use config::{
 };
 pub use denial_cache::{Cached, DenialCache, DenialCacheStats};
 pub use error::MemoryStoreError;
+pub use leased::{Leasable, LeaseConfig, LeaseConfigError, LeaseStats, Leased, LeasedError};
 pub use stats::{MemoryStoreStats, ShardStats};
 pub use store::Store;
 pub use tiered::{Tiered, TieredError};

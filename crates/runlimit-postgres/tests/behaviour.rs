@@ -297,6 +297,62 @@ async fn four_pools_and_sixty_four_tasks_admit_exactly_the_limit() {
     assert_eq!(admitted.load(Ordering::SeqCst), 100);
 }
 
+/// The same contention with a lease per pool: every task checks until it is
+/// denied, so every lease is spent, and exactly the limit is admitted
+/// across the four replicas, most of it without a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_leased_pools_admit_exactly_the_limit() {
+    let Some(schema) = common::schema("leased_contention").await else {
+        return;
+    };
+    schema.migrated_pool(1).await;
+    let policy = Arc::new(policy("leased", 100, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut replicas = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let shared = PostgresLimiter::<FixedWindowPolicy>::new(
+            schema.pool(4).await,
+            PostgresConfig::default()
+                .with_operation_timeout(Duration::from_secs(10))
+                .and_then(|c| c.with_pool_acquire_timeout(Duration::from_secs(10)))
+                .expect("valid"),
+        );
+        let config = runlimit_memory::LeaseConfig::new(64)
+            .and_then(|config| config.with_max_grant(16))
+            .and_then(|config| config.with_remaining_share(100))
+            .expect("valid");
+        let limiter = Arc::new(runlimit_memory::Leased::new(shared, config));
+        replicas.push(Arc::clone(&limiter));
+        for _ in 0..16 {
+            let (limiter, policy, admitted) = (
+                Arc::clone(&limiter),
+                Arc::clone(&policy),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                while limiter
+                    .check(&Check::new(&*policy, key(9, 8)))
+                    .await
+                    .expect("no error")
+                    .is_allowed()
+                {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+    let grants: u64 = replicas.iter().map(|replica| replica.stats().grants).sum();
+    assert!(grants < 100, "{grants} grants for 100 admissions");
+    for replica in &replicas {
+        assert_eq!(replica.stats().units_held, 0);
+    }
+}
+
 /// Single checks of an existing row take only its row lock; batches and new
 /// counters take advisory locks first. Mixed on one key from four pools, they
 /// neither deadlock nor admit past the limit, and resets racing them (which

@@ -74,6 +74,58 @@ async fn eight_connections_admit_exactly_the_limit() {
     assert_eq!(admitted.load(Ordering::SeqCst), 100);
 }
 
+/// The same contention with a lease per connection: every task checks until
+/// it is denied, so every lease is spent, and exactly the limit is admitted
+/// across the eight replicas, most of it without a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_leased_connections_admit_exactly_the_limit() {
+    let Some(_) = common::connect("leased-contention").await else {
+        return;
+    };
+    let config = common::config("leased-contention");
+    let policy = Arc::new(fixed("leased", 100, Duration::from_secs(3_600)));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut replicas = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = redis::Client::open(common::url()).expect("url");
+        let connection = ConnectionManager::new(client).await.expect("connect");
+        let shared = RedisLimiter::<_, FixedWindowPolicy>::new(connection, config.clone());
+        let leases = runlimit_memory::LeaseConfig::new(64)
+            .and_then(|config| config.with_max_grant(16))
+            .and_then(|config| config.with_remaining_share(100))
+            .expect("valid");
+        let limiter = Arc::new(runlimit_memory::Leased::new(shared, leases));
+        replicas.push(Arc::clone(&limiter));
+        for _ in 0..4 {
+            let (limiter, policy, admitted) = (
+                Arc::clone(&limiter),
+                Arc::clone(&policy),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                while limiter
+                    .check(&Check::new(&*policy, key(2)))
+                    .await
+                    .expect("no error")
+                    .is_allowed()
+                {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 100);
+    let grants: u64 = replicas.iter().map(|replica| replica.stats().grants).sum();
+    assert!(grants < 100, "{grants} grants for 100 admissions");
+    for replica in &replicas {
+        assert_eq!(replica.stats().units_held, 0);
+    }
+}
+
 #[tokio::test]
 async fn the_largest_policies_are_computed_exactly() {
     let Some(connection) = common::connect("extremes").await else {

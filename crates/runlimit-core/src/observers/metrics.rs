@@ -26,7 +26,8 @@ use crate::observation::{
 ///
 /// `outcome` is [`AdmissionOutcome::as_str`] (`allowed`, `quota_denied`,
 /// `shadow_denied`, `capacity_denied`, `failed`, `refunded`, …); `source`
-/// is `backend`, or `cache` for denials a denial cache answered; `shard` is
+/// is `backend`, `cache` for denials a denial cache answered, or `lease` for
+/// admissions from units a lease already held; `shard` is
 /// the shard number, or `all` for backends that report one total. A check of a
 /// denied batch counts under the batch's outcome; the check that decided it
 /// also counts in `runlimit_denials_total`.
@@ -61,6 +62,8 @@ impl MetricsObserver {
 fn source(observation: &AdmissionObservation<'_>) -> &'static str {
     if observation.cached() {
         "cache"
+    } else if observation.leased() {
+        "lease"
     } else {
         "backend"
     }

@@ -13,7 +13,8 @@ use crate::observation::{
 ///   `INFO` for quota and shadow denials, `WARN` for capacity denials and
 ///   failures. Fields: `operation`, `outcome`, `consumption`, `policy` and
 ///   `scope` (of the check that decided a denial, else the first), `batch_size`,
-///   `cached` (answered by a denial cache) and `elapsed_us`.
+///   `cached` (answered by a denial cache), `leased` (admitted from a lease) and
+///   `elapsed_us`.
 /// * Cleanup: `DEBUG`, with `requested`, `removed` (absent when unknown) and
 ///   `elapsed_us`.
 /// * Capacity: `DEBUG`, or `WARN` with no headroom left, with `used`,
@@ -62,6 +63,7 @@ macro_rules! admission_event {
             scope = $scope,
             batch_size = $observation.batch_size(),
             cached = $observation.cached(),
+            leased = $observation.leased(),
             elapsed_us = micros($observation.elapsed()),
             "rate limit {}",
             $observation.operation().as_str(),

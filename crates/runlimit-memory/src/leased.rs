@@ -1,0 +1,1100 @@
+//! Exact leases: a replica admits a hot key's checks from units the shared
+//! store granted it, without a round trip, and never admits a unit the shared
+//! store did not consume first.
+//!
+//! Every admission on a shared quota costs a round trip, so a hot key shared
+//! by many replicas is bounded by the shared store's round-trip rate.
+//! [`Leased`] puts a lease per key in front of any shared backend that can
+//! [grant](runlimit_core::Grant) and [settle](runlimit_core::Settle): it takes
+//! a block of units from the shared store in one round trip, admits checks
+//! from it locally, and gives back what it did not spend.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use runlimit_core::{
+    Admission, AdmissionObservation, AdmissionOutcome, Admitted, Backend, BatchDecision, Check,
+    Consumption, CounterKey, Decision, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter,
+    MayHaveConsumed, Observer, Operation, Policy, PolicyLabel, QuotaMode, Receipt, RefundError,
+    Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey, notify,
+};
+
+use crate::{Clock, clock::StoreClock};
+
+/// The issuer of a leased limiter's receipts (which hold either local
+/// admissions or the shared backend's receipt).
+const ISSUER: &str = "runlimit-memory/leased";
+
+/// Lease shards: leases of different keys are taken and spent under
+/// different locks.
+const SHARDS: usize = 16;
+
+/// Policies whose grants a lease may hold: whether they are leased, and how
+/// long units granted with an allowed decision stay spendable.
+pub trait Leasable: Policy + Clone + Send + Sync + 'static {
+    /// Whether checks of this policy are admitted from leases; those of a
+    /// policy that is not are decided by the shared store, one check each.
+    const LEASED: bool = true;
+
+    /// How long after a grant the shared store allowed with `decision` was
+    /// sent its units may still be admitted locally.
+    ///
+    /// A unit admitted locally must count at the shared store for as long as
+    /// an admission at that moment would: a fixed window's units only until
+    /// its window ends, a sliding window's only within the eighth of the
+    /// window they were consumed in.
+    fn lease_lifetime(&self, decision: &Decision) -> Duration;
+}
+
+/// Retry and reset times round up to whole milliseconds; a lease ends one
+/// millisecond early so that rounding never lets it outlive its window.
+const ROUNDING: Duration = Duration::from_millis(1);
+
+impl Leasable for FixedWindowPolicy {
+    /// Until the window that granted the units ends.
+    fn lease_lifetime(&self, decision: &Decision) -> Duration {
+        decision
+            .reset_after()
+            .unwrap_or_default()
+            .saturating_sub(ROUNDING)
+    }
+}
+
+impl Leasable for SlidingWindowPolicy {
+    /// Until the eighth of the window the units were consumed in ends: the
+    /// grant's units are released when the ninth eighth after theirs begins,
+    /// `reset_after` from the grant, so their eighth ends a window before.
+    fn lease_lifetime(&self, decision: &Decision) -> Duration {
+        decision
+            .reset_after()
+            .unwrap_or_default()
+            .saturating_sub(self.window())
+            .saturating_sub(ROUNDING)
+    }
+}
+
+/// GCRA is not leased. Its state is an arrival time, and a unit granted
+/// ahead is exact only if it is admitted before the increment it was queued
+/// at begins; a refund anywhere (the shared store credits the latest
+/// increments) moves those increments earlier behind the lease's back, so a
+/// held unit could then be admitted after the slot it was consumed for, past
+/// the burst. Checks of a GCRA policy are decided by the shared store.
+impl Leasable for GcraPolicy {
+    const LEASED: bool = false;
+
+    fn lease_lifetime(&self, _decision: &Decision) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A [`LeaseConfig`] value out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseConfigError {
+    /// `max_keys` was zero.
+    #[error("a lease table needs room for at least one key")]
+    NoKeys,
+    /// The maximum grant was zero.
+    #[error("the maximum grant must be at least 1")]
+    NoGrant,
+    /// The share of the remaining quota was not within 1 to 100 percent.
+    #[error("the share of the remaining quota must be 1 to 100 percent, not {0}")]
+    Share(u8),
+}
+
+/// How [`Leased`] sizes, holds and returns its leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConfig {
+    max_keys: usize,
+    max_grant: u64,
+    remaining_share: u8,
+    grow_within: Duration,
+    idle_after: Duration,
+}
+
+impl LeaseConfig {
+    /// Leases for at most `max_keys` keys at once; keys beyond are admitted
+    /// by the shared store directly. Defaults: grants of at most 64 units,
+    /// never more than 10% of what the shared store reported remaining,
+    /// growing when the next grant is needed within 100 ms, idle after 1 s.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseConfigError::NoKeys`] when `max_keys` is zero.
+    pub fn new(max_keys: usize) -> Result<Self, LeaseConfigError> {
+        if max_keys == 0 {
+            return Err(LeaseConfigError::NoKeys);
+        }
+        Ok(Self {
+            max_keys,
+            max_grant: 64,
+            remaining_share: 10,
+            grow_within: Duration::from_millis(100),
+            idle_after: Duration::from_secs(1),
+        })
+    }
+
+    /// The most units one grant may take for one key: the most this replica
+    /// holds unspent per key, and so, summed over replicas, the bound on
+    /// units held away from any one of them.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseConfigError::NoGrant`] when `units` is zero.
+    pub fn with_max_grant(mut self, units: u64) -> Result<Self, LeaseConfigError> {
+        if units == 0 {
+            return Err(LeaseConfigError::NoGrant);
+        }
+        self.max_grant = units;
+        Ok(self)
+    }
+
+    /// The largest share, in percent, of the units the shared store last
+    /// reported remaining that a grant may take; near exhaustion grants
+    /// shrink to the check's cost.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseConfigError::Share`] unless `1 <= percent <= 100`.
+    pub fn with_remaining_share(mut self, percent: u8) -> Result<Self, LeaseConfigError> {
+        if !(1..=100).contains(&percent) {
+            return Err(LeaseConfigError::Share(percent));
+        }
+        self.remaining_share = percent;
+        Ok(self)
+    }
+
+    /// A key whose next grant is needed within `within` of the last doubles
+    /// its grant size (up to the maximum); one needed later starts again at
+    /// the check's cost, so a cold key costs a round trip per check and holds
+    /// nothing.
+    #[must_use]
+    pub fn with_grow_within(mut self, within: Duration) -> Self {
+        self.grow_within = within;
+        self
+    }
+
+    /// A lease unused for `idle` is returned by [`Leased::flush_idle`].
+    #[must_use]
+    pub fn with_idle_after(mut self, idle: Duration) -> Self {
+        self.idle_after = idle;
+        self
+    }
+
+    /// The most leases held at once.
+    #[must_use]
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// The most units one grant takes.
+    #[must_use]
+    pub fn max_grant(&self) -> u64 {
+        self.max_grant
+    }
+}
+
+/// What a [`Leased`] limiter has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Grants taken from the shared store (each one round trip).
+    pub grants: u64,
+    /// Units those grants consumed at the shared store.
+    pub units_granted: u64,
+    /// Checks admitted from a lease, without a round trip.
+    pub local_hits: u64,
+    /// Checks and batches decided by the shared store directly (while
+    /// another grant for the key was in flight, batches not held by leases,
+    /// keys beyond `max_keys`, shadow policies).
+    pub shared_checks: u64,
+    /// Unspent units given back to the shared store.
+    pub units_returned: u64,
+    /// Leases held now.
+    pub leases: u64,
+    /// Units held now, granted and not yet spent, in leases still valid.
+    pub units_held: u64,
+}
+
+/// Why a leased admission failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeasedError<E> {
+    /// A refund's receipt was not this limiter's, or did not match its
+    /// checks. Nothing was changed.
+    #[error("invalid refund: {0}")]
+    InvalidRefund(RefundError),
+    /// The shared backend failed.
+    #[error("the shared backend failed")]
+    Shared(#[source] E),
+}
+
+impl<E: MayHaveConsumed> MayHaveConsumed for LeasedError<E> {
+    /// The shared backend's classification; a refused refund changed nothing.
+    fn may_have_consumed_quota(&self) -> bool {
+        match self {
+            Self::InvalidRefund(_) => false,
+            Self::Shared(error) => error.may_have_consumed_quota(),
+        }
+    }
+}
+
+/// The units of one grant this replica holds for one key.
+struct Lease<P> {
+    /// The key's policy and subject, to settle the grant without a check.
+    policy: Arc<P>,
+    subject: SubjectKey,
+    /// Changes with every grant, so a local receipt credits only the grant
+    /// it was admitted from.
+    generation: u64,
+    /// The grant's receipt and its units; `None` before the first grant.
+    piece: Option<(Receipt, u64)>,
+    unspent: u64,
+    /// Local time (ns) from which the units may no longer be admitted.
+    valid_until: u64,
+    /// When the grant was sent, and its decision's reset time from then.
+    granted_at: u64,
+    reset_after: Duration,
+    /// What the shared store reported remaining after the grant.
+    shared_remaining: u64,
+    /// The bound of the next grant.
+    size: u64,
+    last_used: u64,
+    /// A grant for this key is in flight: other checks go to the shared
+    /// store for their cost alone, so a replica holds at most one grant's
+    /// units per key.
+    granting: bool,
+}
+
+impl<P> Lease<P> {
+    fn valid_at(&self, now: u64) -> bool {
+        self.piece.is_some() && now < self.valid_until
+    }
+
+    /// The units still spendable at `now`.
+    fn spendable(&self, now: u64) -> u64 {
+        if self.valid_at(now) { self.unspent } else { 0 }
+    }
+
+    /// Forgets the units no longer spendable at `now`.
+    fn expire(&mut self, now: u64) {
+        self.unspent = self.spendable(now);
+    }
+}
+
+type Leases<P> = HashMap<CounterKey, Lease<P>>;
+type Shard<P> = Mutex<Leases<P>>;
+
+/// A shared backend with a lease per hot key: checks are admitted from units
+/// the shared store granted this replica, without a round trip, and the
+/// units a lease did not spend are given back.
+///
+/// # Exact
+///
+/// Every unit admitted locally was consumed at the shared store first, by a
+/// [grant](Grant) on the shared store's clock, and is admitted only while the
+/// shared state that granted it still counts it ([`Leasable`]): so across all
+/// replicas no fixed or sliding window admits more than its limit. GCRA
+/// policies are not leased (see [`Leasable`]): their checks go to the shared
+/// store. A batch is admitted locally only when every one of its checks
+/// fits its lease, under all their leases' locks; otherwise the shared
+/// backend decides it as one atomic batch.
+///
+/// # What it costs: bounded under-admission
+///
+/// A subject can be denied while units sit unspent in another replica's
+/// lease. Per key a replica holds at most one grant, of at most
+/// [`max_grant`](LeaseConfig::with_max_grant) units, and never more than a
+/// share of what the shared store last reported remaining, so at most
+/// `replicas × max_grant` units of a key are held away from any one replica.
+/// A cold key's grant is exactly its cost (a round trip per check, as without
+/// leases, holding nothing); a key whose next grant is needed quickly doubles
+/// its grant; near exhaustion grants shrink to the cost, so the last units of
+/// a window are admitted exactly as without leases.
+///
+/// Unspent units go back to the shared store with a [settlement](Settle) on
+/// [`flush`](Self::flush), on [`flush_idle`](Self::flush_idle) for leases
+/// unused for [`idle_after`](LeaseConfig::with_idle_after) (call it
+/// periodically), and when a fixed or sliding window ends they expire with
+/// it (a settlement would credit nothing). A replica that stops without
+/// flushing loses its unspent units until the window renews: at most one
+/// grant per key.
+///
+/// # Refunds, settlements and resets
+///
+/// A refund or settlement of a local admission gives its units back to the
+/// lease it was admitted from, while that lease still holds, and nothing
+/// afterwards; one of a check the shared store decided goes to the shared
+/// store. A reset drops this replica's lease and resets the shared counter;
+/// other replicas' leases survive it, so after a reset up to `(replicas - 1)
+/// × max_grant` units may still be admitted that the reset counter does not
+/// count.
+///
+/// Shadow-mode policies are passed to the shared store unleased. A batch is
+/// admitted locally only from leases its keys' single checks took.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use runlimit_core::{Check, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+/// use runlimit_memory::{LeaseConfig, Leased, MemoryStore, MemoryStoreConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // In production the shared store is a PostgresLimiter or RedisLimiter.
+/// let shared = MemoryStore::new(MemoryStoreConfig::new(1_000)?);
+/// let limiter = Leased::new(shared, LeaseConfig::new(10_000)?.with_max_grant(50)?);
+/// let policy = FixedWindowPolicy::new(
+///     PolicyId::new("api")?,
+///     ScopeId::new("tenant")?,
+///     10_000,
+///     Duration::from_secs(60),
+/// )?;
+/// let check = Check::new(&policy, SubjectKey::from_digest([7; 32]));
+/// for _ in 0..100 {
+///     assert!(limiter.check(&check).await?.is_allowed());
+/// }
+/// assert!(limiter.stats().grants < 100);
+/// limiter.flush().await?; // the unspent units go back
+/// # Ok(())
+/// # }
+/// ```
+pub struct Leased<S: Limiter> {
+    shared: S,
+    config: LeaseConfig,
+    shards: Box<[Shard<S::Policy>]>,
+    clock: StoreClock,
+    observer: Option<Arc<dyn Observer>>,
+    generations: AtomicU64,
+    grants: AtomicU64,
+    units_granted: AtomicU64,
+    local_hits: AtomicU64,
+    shared_checks: AtomicU64,
+    units_returned: AtomicU64,
+}
+
+impl<S: Limiter + fmt::Debug> fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("shared", &self.shared)
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Releases a key's lease for other grants if the grant's future is dropped
+/// before it lands.
+struct InFlight<'a, P> {
+    shard: &'a Shard<P>,
+    key: CounterKey,
+    landed: bool,
+}
+
+impl<P> Drop for InFlight<'_, P> {
+    fn drop(&mut self) {
+        if !self.landed
+            && let Some(lease) = lock(self.shard).get_mut(&self.key)
+        {
+            lease.granting = false;
+        }
+    }
+}
+
+impl<S: Limiter> Leased<S> {
+    /// The shared backend.
+    #[must_use]
+    pub fn shared(&self) -> &S {
+        &self.shared
+    }
+
+    /// What this limiter has done, and the leases it holds now.
+    #[must_use]
+    pub fn stats(&self) -> LeaseStats {
+        LeaseStats {
+            grants: self.grants.load(Ordering::Relaxed),
+            units_granted: self.units_granted.load(Ordering::Relaxed),
+            local_hits: self.local_hits.load(Ordering::Relaxed),
+            shared_checks: self.shared_checks.load(Ordering::Relaxed),
+            units_returned: self.units_returned.load(Ordering::Relaxed),
+            leases: self
+                .shards
+                .iter()
+                .map(|shard| lock(shard).len() as u64)
+                .sum(),
+            units_held: {
+                let now = self.clock.now_nanos();
+                self.shards
+                    .iter()
+                    .flat_map(|shard| {
+                        lock(shard)
+                            .values()
+                            .map(|lease| lease.spendable(now))
+                            .collect::<Vec<_>>()
+                    })
+                    .sum()
+            },
+        }
+    }
+}
+
+/// How a check reaches the shared store when no lease serves it.
+enum Plan {
+    /// Take a grant of at most `size` units for the rest of the check
+    /// (`need` units), holding the key's lease until it lands.
+    Grant { need: u64, size: u64, sent: u64 },
+    /// Admit the check at the shared store for its cost alone.
+    Direct,
+}
+
+impl<S> Leased<S>
+where
+    S: Grant,
+    S::Policy: Leasable,
+{
+    /// Leases on `shared`, sized and held as `config` says.
+    #[must_use]
+    pub fn new(shared: S, config: LeaseConfig) -> Self {
+        Self {
+            shared,
+            config,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            clock: StoreClock::default(),
+            observer: None,
+            generations: AtomicU64::new(0),
+            grants: AtomicU64::new(0),
+            units_granted: AtomicU64::new(0),
+            local_hits: AtomicU64::new(0),
+            shared_checks: AtomicU64::new(0),
+            units_returned: AtomicU64::new(0),
+        }
+    }
+
+    /// Measures lease lifetimes and idleness on `clock` instead of the
+    /// system's, for tests that must never sleep. It must run no faster than
+    /// the shared store's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = StoreClock::injected(clock);
+        self
+    }
+
+    /// Reports admissions from a lease to `observer`, marked
+    /// [`leased`](AdmissionObservation::leased); the shared backend reports
+    /// its own operations, grants included, to its own observer.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    fn shard(&self, key: &CounterKey) -> &Shard<S::Policy> {
+        let bytes = key.subject().as_bytes();
+        let index = usize::from(bytes[0] ^ key.fingerprint().as_bytes()[0]) % SHARDS;
+        &self.shards[index]
+    }
+
+    /// Gives every lease's unspent units back to the shared store and drops
+    /// the leases.
+    ///
+    /// # Errors
+    ///
+    /// The first settlement that failed (the others are still attempted); its
+    /// units stay consumed.
+    pub async fn flush(&self) -> Result<(), LeasedError<S::Error>> {
+        self.flush_where(|_| true).await
+    }
+
+    /// Gives back the unspent units of leases unused for the configured
+    /// [`idle_after`](LeaseConfig::with_idle_after), and drops them (and
+    /// leases that expired). Call it periodically.
+    ///
+    /// # Errors
+    ///
+    /// As [`flush`](Self::flush).
+    pub async fn flush_idle(&self) -> Result<(), LeasedError<S::Error>> {
+        let now = self.clock.now_nanos();
+        let idle = nanos(self.config.idle_after);
+        self.flush_where(|lease| {
+            now.saturating_sub(lease.last_used) >= idle || !lease.valid_at(now)
+        })
+        .await
+    }
+
+    async fn flush_where(
+        &self,
+        returns: impl Fn(&Lease<S::Policy>) -> bool,
+    ) -> Result<(), LeasedError<S::Error>> {
+        let now = self.clock.now_nanos();
+        let mut taken = Vec::new();
+        for shard in &self.shards {
+            let mut leases = lock(shard);
+            leases.retain(|_, lease| {
+                if lease.granting || !returns(lease) {
+                    return true;
+                }
+                let unspent = lease.spendable(now);
+                if unspent > 0
+                    && let Some(piece) = lease.piece.take()
+                {
+                    taken.push((Arc::clone(&lease.policy), lease.subject, piece, unspent));
+                }
+                false
+            });
+        }
+        let mut first_error = None;
+        for (policy, subject, (receipt, granted), unspent) in taken {
+            if let Err(error) = self
+                .give_back(&policy, subject, receipt, granted, unspent)
+                .await
+            {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Settles a grant of `granted` units to what was spent of it.
+    async fn give_back(
+        &self,
+        policy: &S::Policy,
+        subject: SubjectKey,
+        receipt: Receipt,
+        granted: u64,
+        unspent: u64,
+    ) -> Result<(), LeasedError<S::Error>> {
+        let as_granted = weighted(policy, subject, granted);
+        let unspent = unspent.min(granted);
+        let refunded = self
+            .shared
+            .settle(&[as_granted], receipt, &[granted - unspent])
+            .await
+            .map_err(LeasedError::Shared)?;
+        if refunded.credited() > 0 {
+            self.units_returned.fetch_add(unspent, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Admits `check` from its lease when it holds enough, or says how the
+    /// shared store must decide it.
+    fn try_local(&self, check: &Check<'_, S::Policy>) -> Result<(Decision, Stamp), Plan> {
+        let policy = check.policy();
+        if !S::Policy::LEASED || policy.quota_mode() == QuotaMode::Shadow {
+            return Err(Plan::Direct);
+        }
+        let key = check.counter_key();
+        let now = self.clock.now_nanos();
+        let mut leases = lock(self.shard(&key));
+        let full = leases.len() >= self.config.max_keys;
+        let lease = match leases.get_mut(&key) {
+            Some(lease) => lease,
+            None if full => return Err(Plan::Direct),
+            None => leases.entry(key).or_insert_with(|| Lease {
+                policy: Arc::new(policy.clone()),
+                subject: *check.subject(),
+                generation: 0,
+                piece: None,
+                unspent: 0,
+                valid_until: 0,
+                granted_at: 0,
+                reset_after: Duration::ZERO,
+                shared_remaining: 0,
+                size: check.cost(),
+                last_used: now,
+                granting: false,
+            }),
+        };
+        let cost = check.cost();
+        let valid = lease.valid_at(now);
+        lease.expire(now);
+        if valid && lease.unspent >= cost {
+            lease.unspent -= cost;
+            lease.last_used = now;
+            return Ok((local_decision(policy, lease, now), local_stamp(lease)));
+        }
+        if lease.granting {
+            return Err(Plan::Direct);
+        }
+        if !valid {
+            // Expired units count no more at the shared store: nothing to
+            // give back, and nothing to spend.
+            lease.piece = None;
+            lease.unspent = 0;
+        }
+        let need = cost - lease.unspent;
+        let quick = now.saturating_sub(lease.granted_at) < nanos(self.config.grow_within);
+        let grown = if lease.granted_at > 0 && quick {
+            lease.size.saturating_mul(2)
+        } else {
+            cost
+        };
+        let share = lease
+            .shared_remaining
+            .saturating_mul(u64::from(self.config.remaining_share))
+            / 100;
+        let size = grown
+            .min(self.config.max_grant)
+            .min(if lease.granted_at > 0 {
+                share
+            } else {
+                u64::MAX
+            })
+            .max(need);
+        lease.granting = true;
+        Err(Plan::Grant {
+            need,
+            size,
+            sent: now,
+        })
+    }
+
+    /// Takes a grant for `check` and admits it from the grant (and what its
+    /// lease still held).
+    async fn admit_granted(
+        &self,
+        check: &Check<'_, S::Policy>,
+        need: u64,
+        size: u64,
+        sent: u64,
+    ) -> Result<(Decision, Stamp), LeasedError<S::Error>> {
+        let policy = check.policy();
+        let rest = weighted(policy, *check.subject(), need);
+        let key = check.counter_key();
+        let mut in_flight = InFlight {
+            shard: self.shard(&key),
+            key,
+            landed: false,
+        };
+        let granted = self.shared.grant(&rest, size).await;
+        self.grants.fetch_add(1, Ordering::Relaxed);
+        in_flight.landed = true;
+        let mut leases = lock(in_flight.shard);
+        let Some(lease) = leases.get_mut(&key) else {
+            // Dropped while the grant was in flight (a reset): the grant's
+            // units beyond this check stay consumed, as the reset allows.
+            return match granted {
+                Ok(granted) => Ok((*granted.decision(), Stamp::new([u64::MAX, 0, 0]))),
+                Err(error) => Err(LeasedError::Shared(error)),
+            };
+        };
+        lease.granting = false;
+        let (decision, units, receipt) = granted.map_err(LeasedError::Shared)?.into_parts();
+        let Some(receipt) = receipt.filter(|_| units >= need) else {
+            return Ok((decision, Stamp::new([u64::MAX, 0, 0])));
+        };
+        self.units_granted.fetch_add(units, Ordering::Relaxed);
+        // The units the lease still held went to this check with the rest.
+        lease.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        lease.piece = Some((receipt, units));
+        lease.unspent = units - need;
+        lease.valid_until = sent.saturating_add(nanos(policy.lease_lifetime(&decision)));
+        lease.granted_at = sent.max(1);
+        lease.reset_after = decision.reset_after().unwrap_or_default();
+        lease.shared_remaining = decision.remaining().unwrap_or(0);
+        lease.size = size;
+        lease.last_used = sent;
+        let now = self.clock.now_nanos();
+        Ok((local_decision(policy, lease, now), local_stamp(lease)))
+    }
+
+    /// One check: from its lease, from a new grant, or at the shared store.
+    async fn admit_one(
+        &self,
+        check: &Check<'_, S::Policy>,
+    ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
+        match self.try_local(check) {
+            Ok((decision, stamp)) => {
+                self.local_hits.fetch_add(1, Ordering::Relaxed);
+                self.report_local(Operation::Check, std::slice::from_ref(check));
+                Ok((decision, Some(local_receipt(&[(check, stamp)]))))
+            }
+            Err(Plan::Grant { need, size, sent }) => {
+                let (decision, stamp) = self.admit_granted(check, need, size, sent).await?;
+                let receipt = (decision.is_allowed() && stamp.words()[0] != u64::MAX)
+                    .then(|| local_receipt(&[(check, stamp)]));
+                Ok((decision, receipt))
+            }
+            Err(Plan::Direct) => {
+                self.shared_checks.fetch_add(1, Ordering::Relaxed);
+                let (decision, receipt) = self
+                    .shared
+                    .admit(check)
+                    .await
+                    .map_err(LeasedError::Shared)?
+                    .into_parts();
+                Ok((
+                    decision,
+                    receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
+                ))
+            }
+        }
+    }
+
+    /// A batch: from its checks' leases when every one fits, else at the
+    /// shared store as one atomic batch.
+    async fn admit_batch(
+        &self,
+        checks: &[Check<'_, S::Policy>],
+    ) -> Result<(BatchDecision, Option<Receipt>), LeasedError<S::Error>> {
+        if let Some((decisions, stamps)) = self.try_local_batch(checks) {
+            self.local_hits.fetch_add(1, Ordering::Relaxed);
+            self.report_local(Operation::Batch, checks);
+            let pairs: Vec<_> = checks.iter().zip(stamps).collect();
+            return Ok((
+                BatchDecision::from_decisions(decisions),
+                Some(local_receipt(&pairs)),
+            ));
+        }
+        self.shared_checks.fetch_add(1, Ordering::Relaxed);
+        let (batch, receipt) = self
+            .shared
+            .admit_all(checks)
+            .await
+            .map_err(LeasedError::Shared)?
+            .into_parts();
+        Ok((
+            batch,
+            receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
+        ))
+    }
+
+    /// Spends every check of `checks` from its lease, all or none, under all
+    /// their shards' locks (taken in shard order).
+    fn try_local_batch(
+        &self,
+        checks: &[Check<'_, S::Policy>],
+    ) -> Option<(Vec<Decision>, Vec<Stamp>)> {
+        if checks.is_empty()
+            || runlimit_core::validate_batch(checks, runlimit_core::DEFAULT_MAX_BATCH_SIZE).is_err()
+            || !S::Policy::LEASED
+            || checks
+                .iter()
+                .any(|check| check.policy().quota_mode() == QuotaMode::Shadow)
+        {
+            return None;
+        }
+        let keys: Vec<CounterKey> = checks.iter().map(Check::counter_key).collect();
+        let mut indices: Vec<usize> = keys
+            .iter()
+            .map(|key| {
+                let shard = self.shard(key);
+                self.shards
+                    .iter()
+                    .position(|candidate| std::ptr::eq(candidate, shard))
+                    .unwrap_or(0)
+            })
+            .collect();
+        let of_check = indices.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Leases<S::Policy>>)> = indices
+            .iter()
+            .map(|&index| (index, lock(&self.shards[index])))
+            .collect();
+        let now = self.clock.now_nanos();
+        let fits = checks
+            .iter()
+            .zip(&keys)
+            .zip(&of_check)
+            .all(|((check, key), shard)| {
+                guards
+                    .iter()
+                    .find(|(index, _)| index == shard)
+                    .and_then(|(_, leases)| leases.get(key))
+                    .is_some_and(|lease| lease.spendable(now) >= check.cost())
+            });
+        if !fits {
+            return None;
+        }
+        let mut decisions = Vec::with_capacity(checks.len());
+        let mut stamps = Vec::with_capacity(checks.len());
+        for ((check, key), shard) in checks.iter().zip(&keys).zip(&of_check) {
+            let leases = &mut guards
+                .iter_mut()
+                .find(|(index, _)| index == shard)
+                .map(|(_, leases)| leases)?;
+            let lease = leases.get_mut(key)?;
+            lease.expire(now);
+            lease.unspent -= check.cost();
+            lease.last_used = now;
+            decisions.push(local_decision(check.policy(), lease, now));
+            stamps.push(local_stamp(lease));
+        }
+        Some((decisions, stamps))
+    }
+
+    fn report_local(&self, operation: Operation, checks: &[Check<'_, S::Policy>]) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let labels: Vec<PolicyLabel<'_>> = checks.iter().map(PolicyLabel::of).collect();
+        let observation = AdmissionObservation::new(
+            operation,
+            &labels,
+            None,
+            AdmissionOutcome::Allowed,
+            Consumption::Consumed,
+            Duration::ZERO,
+        )
+        .from_lease();
+        notify(&**observer, |observer| observer.on_admission(&observation));
+    }
+
+    /// Gives `units` of each local admission back to the lease it came from,
+    /// while that lease still holds.
+    fn credit_local(
+        &self,
+        checks: &[Check<'_, S::Policy>],
+        receipt: &Receipt,
+        units: &[u64],
+    ) -> usize {
+        let now = self.clock.now_nanos();
+        let mut credited = 0;
+        for ((check, admitted), &units) in checks.iter().zip(receipt.admitted()).zip(units) {
+            if units == 0 {
+                continue;
+            }
+            let key = check.counter_key();
+            let mut leases = lock(self.shard(&key));
+            if let Some(lease) = leases.get_mut(&key)
+                && lease.valid_at(now)
+                && lease.generation == admitted.stamp().words()[0]
+                && let Some((_, granted)) = &lease.piece
+            {
+                lease.unspent = (lease.unspent + units).min(*granted);
+                credited += 1;
+            }
+        }
+        credited
+    }
+
+    /// A refund (`used` of `None`) or settlement of `receipt`.
+    async fn give_back_receipt(
+        &self,
+        checks: &[Check<'_, S::Policy>],
+        receipt: Receipt,
+        used: Option<&[u64]>,
+    ) -> Result<Refunded, LeasedError<S::Error>> {
+        let (local, shared) = receipt
+            .into_tiers(ISSUER)
+            .map_err(|_| LeasedError::InvalidRefund(RefundError::ForeignReceipt))?;
+        if let Some(shared) = shared {
+            return match used {
+                None => self.shared.refund(checks, shared).await,
+                Some(used) => self.shared.settle(checks, shared, used).await,
+            }
+            .map_err(LeasedError::Shared);
+        }
+        let Some(local) = local else {
+            return Ok(Refunded::new(0, checks.len()));
+        };
+        let units: Vec<u64> = match used {
+            None => {
+                local
+                    .matches(ISSUER, checks)
+                    .map_err(LeasedError::InvalidRefund)?;
+                checks.iter().map(Check::cost).collect()
+            }
+            Some(used) => local
+                .unused(ISSUER, checks, used)
+                .map_err(LeasedError::InvalidRefund)?
+                .into_vec(),
+        };
+        Ok(Refunded::new(
+            self.credit_local(checks, &local, &units),
+            checks.len(),
+        ))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic under a lease lock leaves the leases as consistent as between
+    // any two operations (each is updated in place, field by field, with no
+    // call out); keep serving them.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn weighted<P: Policy>(policy: &P, subject: SubjectKey, units: u64) -> Check<'_, P> {
+    Check::weighted(policy, subject, units)
+        .unwrap_or_else(|_| unreachable!("a lease's units stay within the policy's capacity"))
+}
+
+/// What a check admitted from `lease` at `now` reports: this replica's view,
+/// the shared store's remaining as of the grant plus the lease's unspent
+/// units.
+fn local_decision<P: Policy>(policy: &P, lease: &Lease<P>, now: u64) -> Decision {
+    let capacity = policy.capacity();
+    let elapsed = Duration::from_nanos(now.saturating_sub(lease.granted_at));
+    Decision::allowed(
+        capacity,
+        lease
+            .shared_remaining
+            .saturating_add(lease.unspent)
+            .min(capacity),
+        lease.reset_after.saturating_sub(elapsed),
+    )
+    .unwrap_or_else(|_| unreachable!("remaining is capped at the capacity"))
+}
+
+fn local_stamp<P>(lease: &Lease<P>) -> Stamp {
+    Stamp::new([lease.generation, 0, 0])
+}
+
+fn local_receipt<P: Policy>(admitted: &[(&Check<'_, P>, Stamp)]) -> Receipt {
+    let local = Receipt::new(
+        ISSUER,
+        admitted
+            .iter()
+            .map(|(check, stamp)| Admitted::new(*check, *stamp)),
+    );
+    Receipt::tiered(ISSUER, Some(local), None)
+}
+
+impl<S> Limiter for Leased<S>
+where
+    S: Grant,
+    S::Policy: Leasable,
+{
+    type Policy = S::Policy;
+    type Error = LeasedError<S::Error>;
+
+    async fn check(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        self.admit_one(check).await.map(|(decision, _)| decision)
+    }
+
+    /// Decides at once when the check's lease holds it.
+    fn check_now(&self, check: &Check<'_, Self::Policy>) -> Option<Result<Decision, Self::Error>> {
+        match self.try_local(check) {
+            Ok((decision, _)) => {
+                self.local_hits.fetch_add(1, Ordering::Relaxed);
+                self.report_local(Operation::Check, std::slice::from_ref(check));
+                Some(Ok(decision))
+            }
+            Err(Plan::Grant { .. }) => {
+                // Not served here: release the key for the awaited check.
+                let key = check.counter_key();
+                if let Some(lease) = lock(self.shard(&key)).get_mut(&key) {
+                    lease.granting = false;
+                }
+                None
+            }
+            Err(Plan::Direct) => None,
+        }
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<BatchDecision, Self::Error> {
+        self.admit_batch(checks).await.map(|(batch, _)| batch)
+    }
+}
+
+impl<S> Lifecycle for Leased<S>
+where
+    S: Grant,
+    S::Policy: Leasable,
+{
+    async fn admit(&self, check: &Check<'_, Self::Policy>) -> Result<Admission, Self::Error> {
+        let (decision, receipt) = self.admit_one(check).await?;
+        Ok(Admission::new(decision, receipt))
+    }
+
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<Admission<BatchDecision>, Self::Error> {
+        let (batch, receipt) = self.admit_batch(checks).await?;
+        Ok(Admission::new(batch, receipt))
+    }
+
+    /// A local admission's units go back to its lease; a shared one's to the
+    /// shared store.
+    async fn refund(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+    ) -> Result<Refunded, Self::Error> {
+        self.give_back_receipt(checks, receipt, None).await
+    }
+
+    /// The shared store's answer, with what this replica's lease holds for
+    /// the key.
+    async fn peek(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        let shared = self.shared.peek(check).await.map_err(LeasedError::Shared)?;
+        let key = check.counter_key();
+        let now = self.clock.now_nanos();
+        let leases = lock(self.shard(&key));
+        Ok(match leases.get(&key) {
+            Some(lease) if lease.spendable(now) >= check.cost() => {
+                let capacity = check.policy().capacity();
+                Decision::allowed(
+                    capacity,
+                    shared
+                        .remaining()
+                        .unwrap_or(0)
+                        .saturating_add(lease.spendable(now))
+                        .min(capacity),
+                    shared.reset_after().unwrap_or_default(),
+                )
+                .unwrap_or(shared)
+            }
+            _ => shared,
+        })
+    }
+
+    /// Drops this replica's lease for the key and resets the shared counter.
+    async fn reset(
+        &self,
+        policy: &Self::Policy,
+        subject: &SubjectKey,
+    ) -> Result<bool, Self::Error> {
+        let key = Check::new(policy, *subject).counter_key();
+        lock(self.shard(&key)).remove(&key);
+        self.shared
+            .reset(policy, subject)
+            .await
+            .map_err(LeasedError::Shared)
+    }
+}
+
+impl<S> Settle for Leased<S>
+where
+    S: Grant,
+    S::Policy: Leasable,
+{
+    async fn settle(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, Self::Error> {
+        self.give_back_receipt(checks, receipt, Some(used)).await
+    }
+}
+
+impl<S> Backend for Leased<S>
+where
+    S: Grant + Backend,
+    S::Policy: Leasable,
+{
+    /// Where the shared backend keeps the policy: a lease only holds units
+    /// the shared store consumed.
+    fn storage(&self, policy: &Self::Policy) -> Storage {
+        self.shared.storage(policy)
+    }
+}

@@ -1,0 +1,457 @@
+//! Leases in front of a shared store: admitted from units the shared store
+//! consumed first, never more than the limit, under-admitting by at most
+//! what other replicas hold.
+
+use std::{sync::Arc, time::Duration};
+
+use proptest::prelude::*;
+use runlimit_conformance::Shared;
+use runlimit_core::{
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, Receipt, ScopeId,
+    SlidingWindowPolicy, SubjectKey,
+};
+use runlimit_memory::{
+    GcraStore, LeaseConfig, Leased, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore,
+};
+
+fn key(n: u8) -> SubjectKey {
+    SubjectKey::from_digest([n; 32])
+}
+
+fn fixed(limit: u64, window: Duration) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new("leased").expect("valid"),
+        ScopeId::new("tenant").expect("valid"),
+        limit,
+        window,
+    )
+    .expect("valid")
+}
+
+fn store_config() -> MemoryStoreConfig {
+    MemoryStoreConfig::new(64).expect("valid")
+}
+
+fn lease_config(max_grant: u64) -> LeaseConfig {
+    LeaseConfig::new(64)
+        .and_then(|config| config.with_max_grant(max_grant))
+        .expect("valid")
+}
+
+/// `replicas` leased limiters in front of one memory store, all on `clock`.
+fn replicas(
+    clock: &ManualClock,
+    replicas: usize,
+    config: LeaseConfig,
+) -> (Arc<MemoryStore>, Vec<Leased<Shared<MemoryStore>>>) {
+    let store = Arc::new(MemoryStore::new(store_config()).with_clock(clock.clone()));
+    let leased = (0..replicas)
+        .map(|_| Leased::new(Shared(Arc::clone(&store)), config).with_clock(clock.clone()))
+        .collect();
+    (store, leased)
+}
+
+fn used_at_shared(store: &MemoryStore, policy: &FixedWindowPolicy, n: u8) -> u64 {
+    let remaining = store
+        .peek(&Check::new(policy, key(n)))
+        .expect("peek")
+        .remaining()
+        .expect("allowed");
+    policy.limit() - remaining
+}
+
+#[tokio::test]
+async fn a_hot_key_is_admitted_from_its_lease_and_flushed_back_exactly() {
+    let clock = ManualClock::new();
+    let (store, leased) = replicas(&clock, 1, lease_config(50));
+    let replica = &leased[0];
+    let policy = fixed(10_000, Duration::from_secs(60));
+    let check = Check::new(&policy, key(1));
+    for _ in 0..1_000 {
+        assert!(replica.check(&check).await.expect("no error").is_allowed());
+    }
+    let stats = replica.stats();
+    // Grants of 1, 2, 4, 8, 16, 32, then 50 at a time.
+    assert!(stats.grants <= 25, "{stats:?}");
+    assert_eq!(stats.local_hits + stats.grants, 1_000, "{stats:?}");
+    assert!(stats.units_held <= 50, "{stats:?}");
+    // Every unit admitted or held was consumed at the shared store first.
+    assert_eq!(used_at_shared(&store, &policy, 1), 1_000 + stats.units_held);
+
+    replica.flush().await.expect("flush");
+    let after = replica.stats();
+    assert_eq!(after.units_held, 0);
+    assert_eq!(after.units_returned, stats.units_held);
+    assert_eq!(used_at_shared(&store, &policy, 1), 1_000);
+}
+
+#[tokio::test]
+async fn a_cold_key_takes_exactly_its_cost_and_holds_nothing() {
+    let clock = ManualClock::new();
+    let (store, leased) = replicas(&clock, 1, lease_config(50));
+    let replica = &leased[0];
+    let policy = fixed(100, Duration::from_secs(3_600));
+    let check = Check::new(&policy, key(2));
+    for checked in 1..=20 {
+        clock.advance(Duration::from_millis(250));
+        assert!(replica.check(&check).await.expect("no error").is_allowed());
+        assert_eq!(replica.stats().units_held, 0);
+        assert_eq!(used_at_shared(&store, &policy, 2), checked);
+    }
+    assert_eq!(replica.stats().grants, 20);
+}
+
+#[tokio::test]
+async fn the_last_units_of_a_window_are_admitted_exactly() {
+    let clock = ManualClock::new();
+    let (_, leased) = replicas(&clock, 1, lease_config(50));
+    let replica = &leased[0];
+    let policy = fixed(100, Duration::from_secs(60));
+    let check = Check::new(&policy, key(3));
+    let mut admitted = 0;
+    while replica.check(&check).await.expect("no error").is_allowed() {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 100);
+    assert_eq!(replica.stats().units_held, 0);
+}
+
+#[tokio::test]
+async fn under_admission_is_bounded_by_what_other_replicas_hold() {
+    let clock = ManualClock::new();
+    let max_grant = 16;
+    let (_, leased) = replicas(&clock, 3, lease_config(max_grant));
+    let policy = fixed(1_000, Duration::from_secs(60));
+    let check = Check::new(&policy, key(4));
+    let mut admitted = 0u64;
+    for replica in &leased[1..] {
+        for _ in 0..40 {
+            assert!(replica.check(&check).await.expect("no error").is_allowed());
+            admitted += 1;
+        }
+    }
+    while leased[0]
+        .check(&check)
+        .await
+        .expect("no error")
+        .is_allowed()
+    {
+        admitted += 1;
+    }
+    let held: Vec<u64> = leased[1..].iter().map(|r| r.stats().units_held).collect();
+    for &units in &held {
+        assert!(units <= max_grant, "{held:?}");
+    }
+    // Denied while exactly the others' leases are unspent.
+    assert_eq!(admitted, 1_000 - held.iter().sum::<u64>());
+    for replica in &leased[1..] {
+        replica.flush().await.expect("flush");
+    }
+    while leased[0]
+        .check(&check)
+        .await
+        .expect("no error")
+        .is_allowed()
+    {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 1_000);
+}
+
+#[tokio::test]
+async fn a_fixed_window_lease_ends_with_its_window() {
+    let clock = ManualClock::new();
+    let (store, leased) = replicas(&clock, 1, lease_config(8));
+    let replica = &leased[0];
+    let window = Duration::from_secs(10);
+    let policy = fixed(100, window);
+    let check = Check::new(&policy, key(5));
+    for _ in 0..10 {
+        replica.check(&check).await.expect("no error");
+    }
+    assert!(replica.stats().units_held > 0);
+    clock.advance(window);
+    assert_eq!(replica.stats().units_held, 0, "expired with the window");
+    let grants = replica.stats().grants;
+    assert!(replica.check(&check).await.expect("no error").is_allowed());
+    assert_eq!(
+        replica.stats().grants,
+        grants + 1,
+        "a new window needs a grant"
+    );
+    // The new window counts what its own grant took, nothing of the old one.
+    assert!(used_at_shared(&store, &policy, 5) <= 8);
+}
+
+#[tokio::test]
+async fn refunds_go_back_to_the_lease_and_resets_drop_it() {
+    let clock = ManualClock::new();
+    let (store, leased) = replicas(&clock, 1, lease_config(8));
+    let replica = &leased[0];
+    let policy = fixed(100, Duration::from_secs(60));
+    let check = Check::new(&policy, key(6));
+    for _ in 0..10 {
+        replica.check(&check).await.expect("no error");
+    }
+    let shared_before = used_at_shared(&store, &policy, 6);
+    let held = replica.stats().units_held;
+    assert!(held > 0);
+    let mut admission = replica.admit(&check).await.expect("admit");
+    assert_eq!(
+        replica.stats().units_held,
+        held - 1,
+        "admitted from the lease"
+    );
+    let receipt: Receipt = admission.take_receipt().expect("allowed");
+    let refunded = replica.refund(&[check], receipt).await.expect("refund");
+    assert_eq!(refunded.credited(), 1);
+    assert_eq!(replica.stats().units_held, held, "back in the lease");
+    assert_eq!(
+        used_at_shared(&store, &policy, 6),
+        shared_before,
+        "not sent"
+    );
+
+    assert!(replica.reset(&policy, &key(6)).await.expect("reset"));
+    assert_eq!(replica.stats().units_held, 0);
+    assert_eq!(replica.stats().leases, 0);
+    assert_eq!(used_at_shared(&store, &policy, 6), 0);
+}
+
+#[tokio::test]
+async fn a_batch_is_admitted_from_leases_only_when_every_check_fits() {
+    let clock = ManualClock::new();
+    let (store, leased) = replicas(&clock, 1, lease_config(8));
+    let replica = &leased[0];
+    let (a, b) = (fixed(100, Duration::from_secs(60)), {
+        FixedWindowPolicy::new(
+            PolicyId::new("leased.other").expect("valid"),
+            ScopeId::new("tenant").expect("valid"),
+            100,
+            Duration::from_secs(60),
+        )
+        .expect("valid")
+    });
+    let batch = [Check::new(&a, key(7)), Check::new(&b, key(7))];
+    for check in &batch {
+        for _ in 0..6 {
+            replica.check(check).await.expect("no error");
+        }
+    }
+    let hits = replica.stats().local_hits;
+    let shared_a = used_at_shared(&store, &a, 7);
+    assert!(
+        replica
+            .check_all(&batch)
+            .await
+            .expect("no error")
+            .is_allowed()
+    );
+    assert_eq!(replica.stats().local_hits, hits + 1, "from both leases");
+    assert_eq!(used_at_shared(&store, &a, 7), shared_a);
+}
+
+/// Admissions the replicas made, for the reference models: when (ns), what
+/// cost, and which window of the shared store counted them (an id, or 0).
+struct Log {
+    admissions: Vec<(u64, u64, usize, u64)>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A check of this cost on this replica.
+    Check(usize, u64),
+    /// An admission kept for a refund.
+    Admit(usize, u64),
+    /// Refund the outstanding receipt at this position.
+    Refund(usize),
+    /// Let this many milliseconds pass.
+    Advance(u64),
+    /// A replica gives its unspent units back.
+    Flush(usize),
+    /// A replica gives back the units of leases idle for its idle time.
+    FlushIdle(usize),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            6 => (0usize..3, 1u64..3).prop_map(|(r, c)| Op::Check(r, c)),
+            2 => (0usize..3, 1u64..3).prop_map(|(r, c)| Op::Admit(r, c)),
+            2 => any::<usize>().prop_map(Op::Refund),
+            3 => (0u64..300).prop_map(Op::Advance),
+            1 => (0usize..3).prop_map(Op::Flush),
+            1 => (0usize..3).prop_map(Op::FlushIdle),
+        ],
+        1..200,
+    )
+}
+
+/// Runs `ops` on three leased replicas of one shared store and returns
+/// every admission that was not refunded, each with the window `window_of`
+/// names for it just after it was admitted.
+async fn run<S>(
+    clock: &ManualClock,
+    replicas: &[Leased<S>],
+    policy: &S::Policy,
+    ops: &[Op],
+    window_of: impl Fn() -> u64,
+) -> Log
+where
+    S: runlimit_core::Grant,
+    S::Policy: runlimit_memory::Leasable,
+{
+    let mut log = Log {
+        admissions: Vec::new(),
+    };
+    let mut outstanding: Vec<(usize, u64, usize, Receipt)> = Vec::new();
+    let now = || u64::try_from(runlimit_memory::Clock::now(clock).as_nanos()).expect("fits");
+    for (id, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Advance(millis) => clock.advance(Duration::from_millis(millis)),
+            Op::Check(r, cost) | Op::Admit(r, cost) => {
+                let cost = cost.min(runlimit_core::Policy::capacity(policy));
+                let check = Check::weighted(policy, key(9), cost).expect("valid");
+                let mut admission = replicas[r].admit(&check).await.expect("no error");
+                if admission.decision().is_allowed() {
+                    log.admissions.push((now(), cost, id, window_of()));
+                    let receipt = admission.take_receipt().expect("a receipt");
+                    if matches!(op, Op::Admit(..)) {
+                        outstanding.push((r, cost, id, receipt));
+                    }
+                }
+            }
+            Op::Refund(index) => {
+                if outstanding.is_empty() {
+                    continue;
+                }
+                let (r, cost, admitted, receipt) =
+                    outstanding.swap_remove(index % outstanding.len());
+                let check = Check::weighted(policy, key(9), cost).expect("valid");
+                let refunded = replicas[r].refund(&[check], receipt).await.expect("refund");
+                if refunded.credited() > 0 {
+                    log.admissions.retain(|&(_, _, id, _)| id != admitted);
+                }
+            }
+            Op::Flush(r) => replicas[r].flush().await.expect("flush"),
+            Op::FlushIdle(r) => replicas[r].flush_idle().await.expect("flush"),
+        }
+    }
+    log
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+}
+
+fn config_for(max_grant: u64) -> LeaseConfig {
+    lease_config(max_grant).with_idle_after(Duration::from_millis(200))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Sliding windows: the admissions of all replicas together never exceed
+    /// the limit in any interval of the window's length (an exact log).
+    #[test]
+    fn leased_sliding_windows_never_exceed_the_limit(
+        limit in 1u64..12,
+        window_ms in 80u64..2_000,
+        max_grant in 1u64..8,
+        ops in ops(),
+    ) {
+        let clock = ManualClock::new();
+        let store = Arc::new(SlidingWindowStore::new(store_config()).with_clock(clock.clone()));
+        let replicas: Vec<_> = (0..3)
+            .map(|_| Leased::new(Shared(Arc::clone(&store)), config_for(max_grant)).with_clock(clock.clone()))
+            .collect();
+        let policy = SlidingWindowPolicy::new(
+            PolicyId::new("leased").expect("valid"),
+            ScopeId::new("s").expect("valid"),
+            limit,
+            Duration::from_millis(window_ms),
+        ).expect("valid");
+        let log = runtime().block_on(run(&clock, &replicas, &policy, &ops, || 0));
+        let window = u64::try_from(policy.window().as_nanos()).expect("fits");
+        for &(at, _, _, _) in &log.admissions {
+            let within: u64 = log
+                .admissions
+                .iter()
+                .filter(|&&(other, _, _, _)| other <= at && other + window > at)
+                .map(|&(_, cost, _, _)| cost)
+                .sum();
+            prop_assert!(within <= limit, "{within} units within a window ending at {at}");
+        }
+    }
+
+    /// Fixed windows: the admissions counted in each of the shared store's
+    /// windows never exceed the limit, whichever replica made them.
+    #[test]
+    fn leased_fixed_windows_never_exceed_the_limit(
+        limit in 1u64..12,
+        window_ms in 50u64..2_000,
+        max_grant in 1u64..8,
+        ops in ops(),
+    ) {
+        let clock = ManualClock::new();
+        let store = Arc::new(MemoryStore::new(store_config()).with_clock(clock.clone()));
+        let replicas: Vec<_> = (0..3)
+            .map(|_| Leased::new(Shared(Arc::clone(&store)), config_for(max_grant)).with_clock(clock.clone()))
+            .collect();
+        let policy = fixed(limit, Duration::from_millis(window_ms));
+        // The shared store's live window just after an admission: the one
+        // the admission's units were consumed in, named by when it ends.
+        let window_of = || {
+            let now = runlimit_memory::Clock::now(&clock);
+            let peeked = store.peek(&Check::new(&policy, key(9))).expect("peek");
+            u64::try_from(
+                (now + peeked.reset_after().or(peeked.retry_after()).unwrap_or_default()).as_nanos(),
+            )
+                .expect("fits")
+        };
+        let log = runtime().block_on(run(&clock, &replicas, &policy, &ops, window_of));
+        let mut per_window: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for &(at, cost, _, ends) in &log.admissions {
+            prop_assert!(at < ends, "admitted at {at} outside its window ending at {ends}");
+            let within = per_window.entry(ends).or_default();
+            *within += cost;
+            prop_assert!(*within <= limit, "{within} units in the window ending at {ends}");
+        }
+    }
+
+    /// GCRA: the admissions of all replicas together conform to the rate and
+    /// burst (an exact virtual-scheduling replay).
+    #[test]
+    fn leased_gcra_keeps_the_rate(
+        quota in 1u64..5,
+        period_ms in 20u64..1_000,
+        burst in 1u64..10,
+        max_grant in 1u64..8,
+        ops in ops(),
+    ) {
+        let clock = ManualClock::new();
+        let store = Arc::new(GcraStore::new(store_config()).with_clock(clock.clone()));
+        let replicas: Vec<_> = (0..3)
+            .map(|_| Leased::new(Shared(Arc::clone(&store)), config_for(max_grant)).with_clock(clock.clone()))
+            .collect();
+        let policy = GcraPolicy::new(
+            PolicyId::new("leased").expect("valid"),
+            ScopeId::new("s").expect("valid"),
+            quota,
+            Duration::from_millis(period_ms),
+            burst,
+        ).expect("valid");
+        let log = runtime().block_on(run(&clock, &replicas, &policy, &ops, || 0));
+        // Times scaled by the quota, so an increment is a whole period.
+        let period = u128::from(period_ms) * 1_000_000;
+        let (quota, tolerance) = (u128::from(quota), u128::from(burst) * period);
+        let mut tat: u128 = 0;
+        for &(at, cost, _, _) in &log.admissions {
+            let now = u128::from(at) * quota;
+            tat = tat.max(now) + u128::from(cost) * period;
+            prop_assert!(tat - now <= tolerance, "an admission at {at} beyond the burst");
+        }
+    }
+}
