@@ -12,6 +12,7 @@
 use std::{
     collections::HashMap,
     fmt,
+    hash::{BuildHasherDefault, Hasher},
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
@@ -289,7 +290,27 @@ impl<P> Lease<P> {
     }
 }
 
-type Leases<P> = HashMap<CounterKey, Lease<P>>;
+type Leases<P> = HashMap<CounterKey, Lease<P>, BuildHasherDefault<FoldKey>>;
+
+/// Hashes a counter key by folding its first words: its bytes are an HMAC
+/// and a fingerprint, uniform already, so a general-purpose hasher's mixing
+/// (most of a local admission's time with SipHash) buys nothing.
+#[derive(Default)]
+struct FoldKey(u64);
+
+impl Hasher for FoldKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if let Some(word) = bytes.first_chunk::<8>() {
+            self.0 = self.0.rotate_left(29) ^ u64::from_le_bytes(*word);
+        }
+    }
+
+    fn write_usize(&mut self, _length: usize) {}
+}
 type Shard<P> = Mutex<Leases<P>>;
 
 /// A shared backend with a lease per hot key: checks are admitted from units
@@ -465,7 +486,9 @@ where
         Self {
             shared,
             config,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
             clock: StoreClock::default(),
             observer: None,
             generations: AtomicU64::new(0),
@@ -705,21 +728,70 @@ where
         Ok((local_decision(policy, lease, now), local_stamp(lease)))
     }
 
+    /// A cold key's check: admitted by the shared store for its cost, and
+    /// recorded in the key's lease so that a key checked again soon grows.
+    async fn admit_exactly(
+        &self,
+        check: &Check<'_, S::Policy>,
+        sent: u64,
+    ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
+        let key = check.counter_key();
+        let mut in_flight = InFlight {
+            shard: self.shard(&key),
+            key,
+            landed: false,
+        };
+        let admitted = self.shared.admit(check).await;
+        self.grants.fetch_add(1, Ordering::Relaxed);
+        in_flight.landed = true;
+        {
+            let mut leases = lock(in_flight.shard);
+            if let Some(lease) = leases.get_mut(&key) {
+                lease.granting = false;
+                if let Ok(admission) = &admitted
+                    && admission.decision().is_allowed()
+                {
+                    lease.granted_at = sent.max(1);
+                    lease.shared_remaining = admission.decision().remaining().unwrap_or(0);
+                    lease.size = check.cost();
+                    lease.last_used = sent;
+                    self.units_granted
+                        .fetch_add(check.cost(), Ordering::Relaxed);
+                }
+            }
+        }
+        let (decision, receipt) = admitted.map_err(LeasedError::Shared)?.into_parts();
+        Ok((
+            decision,
+            receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
+        ))
+    }
+
     /// One check: from its lease, from a new grant, or at the shared store.
     async fn admit_one(
         &self,
         check: &Check<'_, S::Policy>,
+        with_receipt: bool,
     ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
         match self.try_local(check) {
             Ok((decision, stamp)) => {
                 self.local_hits.fetch_add(1, Ordering::Relaxed);
                 self.report_local(Operation::Check, std::slice::from_ref(check));
-                Ok((decision, Some(local_receipt(&[(check, stamp)]))))
+                Ok((
+                    decision,
+                    with_receipt.then(|| local_receipt(&[(check, stamp)])),
+                ))
+            }
+            Err(Plan::Grant { need, size, sent }) if size == check.cost() && need == size => {
+                // A grant of exactly the check's cost leaves nothing to hold:
+                // the shared store's own admission is the cheaper statement.
+                self.admit_exactly(check, sent).await
             }
             Err(Plan::Grant { need, size, sent }) => {
                 let (decision, stamp) = self.admit_granted(check, need, size, sent).await?;
-                let receipt = (decision.is_allowed() && stamp.words()[0] != u64::MAX)
-                    .then(|| local_receipt(&[(check, stamp)]));
+                let receipt =
+                    (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
+                        .then(|| local_receipt(&[(check, stamp)]));
                 Ok((decision, receipt))
             }
             Err(Plan::Direct) => {
@@ -973,7 +1045,9 @@ where
     type Error = LeasedError<S::Error>;
 
     async fn check(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
-        self.admit_one(check).await.map(|(decision, _)| decision)
+        self.admit_one(check, false)
+            .await
+            .map(|(decision, _)| decision)
     }
 
     /// Decides at once when the check's lease holds it.
@@ -1010,7 +1084,7 @@ where
     S::Policy: Leasable,
 {
     async fn admit(&self, check: &Check<'_, Self::Policy>) -> Result<Admission, Self::Error> {
-        let (decision, receipt) = self.admit_one(check).await?;
+        let (decision, receipt) = self.admit_one(check, true).await?;
         Ok(Admission::new(decision, receipt))
     }
 
