@@ -102,7 +102,7 @@ pub use key::{
     CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,
 };
 pub use lifecycle::{
-    Admission, Admitted, Lifecycle, Receipt, RefundError, Refunded, Settle, Stamp,
+    Admission, Admitted, Credits, Lifecycle, Receipt, RefundError, Refunded, Settle, Stamp,
 };
 pub use limiter::Limiter;
 pub use observation::{

@@ -256,6 +256,56 @@ impl Receipt {
     }
 }
 
+/// What a refund or settlement gives back, for backends: the checks that
+/// get units back, with their admissions and units, in check order; checks
+/// that keep their whole cost are left out.
+#[derive(Debug)]
+pub struct Credits<'c, P: Policy + ?Sized> {
+    /// The checks to credit.
+    pub checks: Vec<Check<'c, P>>,
+    /// Their admissions, as the receipt records them.
+    pub admitted: Vec<Admitted>,
+    /// The units each gets back (none zero).
+    pub units: Vec<u64>,
+}
+
+impl Receipt {
+    /// Checks that this receipt, issued by `issuer`, records `checks`, and
+    /// says what giving it back credits: every check's cost for a refund
+    /// (`used` of `None`), or `cost - used` for a settlement.
+    ///
+    /// # Errors
+    ///
+    /// As [`matches`](Self::matches) and [`unused`](Self::unused).
+    pub fn credits<'c, P: Policy + ?Sized>(
+        &self,
+        issuer: &'static str,
+        checks: &[Check<'c, P>],
+        used: Option<&[u64]>,
+    ) -> Result<Credits<'c, P>, RefundError> {
+        let units: SmallVec<[u64; 2]> = match used {
+            None => {
+                self.matches(issuer, checks)?;
+                self.admitted.iter().map(Admitted::cost).collect()
+            }
+            Some(used) => self.unused(issuer, checks, used)?,
+        };
+        let mut credits = Credits {
+            checks: Vec::new(),
+            admitted: Vec::new(),
+            units: Vec::new(),
+        };
+        for ((check, admitted), units) in checks.iter().zip(&self.admitted).zip(units) {
+            if units > 0 {
+                credits.checks.push(*check);
+                credits.admitted.push(*admitted);
+                credits.units.push(units);
+            }
+        }
+        Ok(credits)
+    }
+}
+
 impl fmt::Debug for Receipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receipt")

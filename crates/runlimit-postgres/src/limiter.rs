@@ -9,9 +9,9 @@ use std::{
 
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    CleanupObservation, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle,
-    Limiter, Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp,
-    Storage, SubjectKey,
+    CleanupObservation, Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted,
+    Lifecycle, Limiter, Observer, Operation, Policy, Receipt, Refunded, Settle,
+    SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     notify,
@@ -487,21 +487,14 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         used: Option<&[u64]>,
     ) -> Result<Refunded, CheckError> {
         let refund = async {
-            let units: Vec<u64> = match used {
-                None => {
-                    receipt.matches(P::ISSUER, checks)?;
-                    receipt.admitted().iter().map(Admitted::cost).collect()
-                }
-                Some(used) => receipt.unused(P::ISSUER, checks, used)?.into_vec(),
-            };
-            let credited_at: Vec<usize> = (0..checks.len()).filter(|&i| units[i] > 0).collect();
-            if credited_at.is_empty() {
+            let Credits {
+                checks: sent,
+                admitted,
+                units,
+            } = receipt.credits(P::ISSUER, checks, used)?;
+            if sent.is_empty() {
                 return Ok(Refunded::new(0, checks.len()));
             }
-            let sent: Vec<Check<'_, P>> = credited_at.iter().map(|&i| checks[i]).collect();
-            let admitted: Vec<Admitted> =
-                credited_at.iter().map(|&i| receipt.admitted()[i]).collect();
-            let units: Vec<u64> = credited_at.iter().map(|&i| units[i]).collect();
             let credited = self
                 .run(async |connection| {
                     P::refund(connection, &sent, &admitted, &units, &self.config).await

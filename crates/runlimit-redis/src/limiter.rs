@@ -13,8 +13,9 @@ use redis::{
 };
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter, Observer,
-    Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter,
+    Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
+    SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
@@ -424,21 +425,14 @@ where
         used: Option<&[u64]>,
     ) -> Result<Refunded, CheckError> {
         let refund = async {
-            let units: Vec<u64> = match used {
-                None => {
-                    receipt.matches(P::ISSUER, checks)?;
-                    receipt.admitted().iter().map(Admitted::cost).collect()
-                }
-                Some(used) => receipt.unused(P::ISSUER, checks, used)?.into_vec(),
-            };
-            let credited_at: Vec<usize> = (0..checks.len()).filter(|&i| units[i] > 0).collect();
-            if credited_at.is_empty() {
+            let Credits {
+                checks: sent,
+                admitted,
+                units,
+            } = receipt.credits(P::ISSUER, checks, used)?;
+            if sent.is_empty() {
                 return Ok(Refunded::new(0, checks.len()));
             }
-            let sent: Vec<Check<'_, P>> = credited_at.iter().map(|&i| checks[i]).collect();
-            let admitted: Vec<Admitted> =
-                credited_at.iter().map(|&i| receipt.admitted()[i]).collect();
-            let units: Vec<u64> = credited_at.iter().map(|&i| units[i]).collect();
             let keys = self.keys(&sent)?;
             let arguments = P::refund_arguments(&sent, &admitted, &units);
             let credited: Vec<i64> = self.invoke(P::refund_script(), &keys, &arguments).await?;
