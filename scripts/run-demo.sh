@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo run --quiet --locked -p runlimit-demo
 cargo run --quiet --locked -p runlimit-demo -- --replicas 3 --metrics 127.0.0.1:0
+cargo run --quiet --locked -p runlimit-demo -- --replicas 3 --leased
 cargo run --quiet --locked -p runlimit-memory --example login_burst
 # The shared-quota form, when a PostgreSQL URL is configured (CI sets one).
 # Without RUNLIMIT_REQUIRE_SERVICES=1 an unreachable database skips it, as the

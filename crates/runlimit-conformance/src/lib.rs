@@ -29,7 +29,6 @@ pub mod gcra;
 pub mod grant;
 pub mod lifecycle;
 pub mod settle;
-mod shared;
 pub mod sliding_log;
 pub mod sliding_window;
 mod windows;
@@ -40,8 +39,8 @@ pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };
+pub use runlimit_core::Shared;
 pub use settle::{fixed_window_settle_suite, gcra_settle_suite, sliding_window_settle_suite};
-pub use shared::Shared;
 pub use sliding_window::sliding_window_suite;
 
 use std::{

@@ -89,6 +89,7 @@ mod limiter;
 mod observation;
 pub mod observers;
 pub mod policy;
+mod shared;
 pub mod sliding;
 mod tier;
 
@@ -113,4 +114,5 @@ pub use policy::{
     Algorithm, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, MAX_WINDOW, Policy, PolicyError,
     PolicyField, PolicyFingerprint, QuotaMode, SlidingWindowPolicy,
 };
+pub use shared::Shared;
 pub use tier::{MayHaveConsumed, TieredPolicy};

@@ -6,6 +6,7 @@
 //! cargo run -p runlimit-demo -- --replicas 3      # three routers sharing one backend
 //! cargo run -p runlimit-demo -- --replicas 3 --database-url postgres://postgres@127.0.0.1/test
 //! cargo run -p runlimit-demo -- --metrics 127.0.0.1:9100   # Prometheus metrics while it runs
+//! cargo run -p runlimit-demo -- --replicas 3 --leased --redis-url redis://127.0.0.1:6379/
 //! ```
 //!
 //! With a shared backend (`--database-url` or `--redis-url`) each replica runs
@@ -13,6 +14,12 @@
 //! in front of the shared identity limit behind a denial cache, as one
 //! admission (`runlimit_memory::Tiered`); the summary reports the round trips
 //! the gate and the cache saved.
+//!
+//! With `--leased` the demo shows the other main job: a hot tenant's API
+//! quota shared by every replica, each admitting from an exact lease
+//! (`runlimit_memory::Leased`) instead of a round trip per request; the
+//! summary reports admitted, denied, shared round trips and the units the
+//! leases gave back.
 //!
 //! The load generator plays the role of a trusted reverse proxy: it connects
 //! from loopback and names the attacking network in `X-Forwarded-For`. The
@@ -34,7 +41,7 @@ use axum::{
     extract::{ConnectInfo, Request},
     middleware::{self, Next},
     response::Response,
-    routing::post,
+    routing::{get, post},
 };
 use http::{StatusCode, request::Parts};
 use http_body_util::{BodyExt, Empty};
@@ -42,11 +49,11 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_core::{
-    AdmissionObservation, Backend, FixedWindowPolicy, KeyHasher, Lifecycle, Limiter, Observer,
-    PolicyId, ScopeId, SubjectKey, TieredPolicy, observers::MetricsObserver,
+    AdmissionObservation, Backend, FixedWindowPolicy, Grant, KeyHasher, Lifecycle, Limiter,
+    Observer, PolicyId, ScopeId, Shared, SubjectKey, TieredPolicy, observers::MetricsObserver,
 };
 use runlimit_http::draft_11::Advertise;
-use runlimit_memory::{DenialCache, MemoryStore, MemoryStoreConfig, Tiered};
+use runlimit_memory::{DenialCache, LeaseConfig, Leased, MemoryStore, MemoryStoreConfig, Tiered};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -66,6 +73,7 @@ struct Options {
     database_url: Option<String>,
     redis_url: Option<String>,
     metrics: Option<SocketAddr>,
+    leased: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -74,6 +82,7 @@ fn parse_options() -> Result<Options, String> {
         database_url: None,
         redis_url: None,
         metrics: None,
+        leased: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -96,13 +105,14 @@ fn parse_options() -> Result<Options, String> {
                         .ok_or("--metrics needs an address such as 127.0.0.1:9100")?,
                 );
             }
+            "--leased" => options.leased = true,
             "--redis-url" => {
                 options.redis_url = Some(args.next().ok_or("--redis-url needs a Redis URL")?);
             }
             "-h" | "--help" => {
                 return Err(
                     "usage: runlimit-demo [--replicas N] [--database-url postgres://... | \
-                     --redis-url redis://...] [--metrics ADDRESS]"
+                     --redis-url redis://...] [--metrics ADDRESS] [--leased]"
                         .to_owned(),
                 );
             }
@@ -380,9 +390,20 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
         let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(url, config)
             .await?
             .with_observer(observer);
+        if options.leased {
+            return serve_leased(&options, "Redis", limiter, &hasher, &trips).await;
+        }
         return serve_tiered(&options, "Redis", limiter, hasher, &trips, metrics).await;
     }
     match &options.database_url {
+        None if options.leased => {
+            // A store every replica reaches, standing in for PostgreSQL or
+            // Redis: each replica's lease holds units it granted.
+            let shared = Shared(Arc::new(
+                MemoryStore::new(MemoryStoreConfig::new(50_000)?).with_observer(observer),
+            ));
+            serve_leased(&options, "memory", shared, &hasher, &trips).await
+        }
         None => {
             // One backend shared by every replica, as PostgreSQL would be.
             let limiter = Arc::new(
@@ -428,6 +449,9 @@ async fn run(options: Options) -> Result<(), Box<dyn Error>> {
             )
             .with_observer(observer);
             limiter.migrate().await?;
+            if options.leased {
+                return serve_leased(&options, "PostgreSQL", limiter, &hasher, &trips).await;
+            }
             serve_tiered(&options, "PostgreSQL", limiter, hasher, &trips, metrics).await
         }
     }
@@ -501,6 +525,187 @@ where
             .sum(),
     };
     report(options, backend, &tally, Some(&saved), metrics.as_ref())
+}
+
+/// The leased mode's quota: one tenant's API requests, across every replica.
+const TENANT_LIMIT: u64 = 1_000;
+/// The most units a replica's lease takes for one key in one grant.
+const MAX_GRANT: u64 = 50;
+/// Requests sent in all, and how many at once: every fourth from a quieter
+/// tenant that stays under its limit, the rest from a hot one that exceeds it.
+const REQUESTS: usize = 1_600;
+const HOT_TENANT: &str = "acme";
+const QUIET_TENANT: &str = "globex";
+const IN_FLIGHT: usize = 24;
+
+/// Every replica admits the hot tenant's requests from its own lease in front
+/// of the shared backend, and gives back what it did not spend.
+async fn serve_leased<S>(
+    options: &Options,
+    backend: &str,
+    shared: S,
+    hasher: &Arc<KeyHasher>,
+    trips: &RoundTrips,
+) -> Result<(), Box<dyn Error>>
+where
+    S: Grant<Policy = FixedWindowPolicy> + Clone + 'static,
+{
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("api.requests")?,
+        ScopeId::new("tenant")?,
+        TENANT_LIMIT,
+        Duration::from_secs(60),
+    )?;
+    let config = LeaseConfig::new(10_000)?.with_max_grant(MAX_GRANT)?;
+    let mut replicas = Vec::new();
+    let mut apps = Vec::new();
+    for _ in 0..options.replicas {
+        let leased = Arc::new(Leased::new(shared.clone(), config));
+        let hasher = Arc::clone(hasher);
+        let tenant_key = move |parts: &Parts,
+                               policy: &FixedWindowPolicy|
+              -> Result<SubjectKey, MissingMetadata> {
+            let tenant = parts
+                .headers
+                .get("x-tenant")
+                .ok_or(MissingMetadata::new("tenant"))?;
+            Ok(hasher.hash_for(policy, tenant.as_bytes()))
+        };
+        apps.push(Router::new().route("/api", get(|| async { "ok" })).layer(
+            RateLimitLayer::from_shared(Arc::clone(&leased)).check(policy.clone(), tenant_key),
+        ));
+        replicas.push(leased);
+    }
+    let mut servers = Vec::new();
+    let mut addresses = Vec::new();
+    for app in apps {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        addresses.push(listener.local_addr()?);
+        servers.push(tokio::spawn(
+            async move { axum::serve(listener, app).await },
+        ));
+    }
+    let by_status = drive_tenants(&addresses).await;
+    for server in servers {
+        server.abort();
+    }
+    let by_status = by_status?;
+    let count = |tenant: &str, status: u16| {
+        by_status
+            .get(&(tenant.to_owned(), status))
+            .copied()
+            .unwrap_or_default()
+    };
+    let held: u64 = replicas
+        .iter()
+        .map(|leased| leased.stats().units_held)
+        .sum();
+    for leased in &replicas {
+        leased.flush().await?;
+    }
+    let stats = replicas.iter().map(|leased| leased.stats()).fold(
+        (0, 0, 0),
+        |(grants, local, returned), stats| {
+            (
+                grants + stats.grants,
+                local + stats.local_hits,
+                returned + stats.units_returned,
+            )
+        },
+    );
+    let (grants, local_hits, returned) = stats;
+    let admitted = count(HOT_TENANT, 200) + count(QUIET_TENANT, 200);
+    println!("Runlimit demo: a hot tenant's API quota across replicas, admitted from exact leases");
+    println!(
+        "  backend: {backend} ({} router replica(s), each with a lease per hot key in front of \
+         one {backend} quota, on {})",
+        options.replicas,
+        addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  policy: {TENANT_LIMIT} per 60 s per tenant; leases of at most {MAX_GRANT} units per \
+         key per replica"
+    );
+    println!("  requests: {REQUESTS}, {IN_FLIGHT} at a time");
+    for tenant in [HOT_TENANT, QUIET_TENANT] {
+        println!(
+            "  tenant {tenant}: {} admitted, {} denied",
+            count(tenant, 200),
+            count(tenant, 429)
+        );
+    }
+    let round_trips = trips.count();
+    #[allow(clippy::cast_precision_loss)]
+    let per_admitted = round_trips as f64 / admitted.max(1) as f64;
+    println!(
+        "  shared backend: {round_trips} operations reached {backend} ({per_admitted:.3} per \
+         admitted request): {grants} grants; {local_hits} requests admitted from a lease without \
+         a round trip"
+    );
+    println!(
+        "  leases: {held} units held when the requests stopped, {returned} given back on flush"
+    );
+    let hot = count(HOT_TENANT, 200) as u64;
+    if hot > TENANT_LIMIT {
+        return Err(format!("admitted {hot}, over the limit of {TENANT_LIMIT}").into());
+    }
+    // A replica may be denied while units sit in another's lease: at most
+    // one grant per replica.
+    let bound = options.replicas as u64 * MAX_GRANT;
+    if hot + bound < TENANT_LIMIT {
+        return Err(format!("admitted {hot}, more than {bound} under the limit").into());
+    }
+    if count(QUIET_TENANT, 429) > 0 {
+        return Err("the quiet tenant was denied under its limit".into());
+    }
+    if round_trips * 2 > REQUESTS {
+        return Err(format!("{round_trips} round trips for {REQUESTS} requests").into());
+    }
+    Ok(())
+}
+
+/// The tenants' requests, `IN_FLIGHT` at a time, spread over the replicas;
+/// counts the responses by tenant and status.
+async fn drive_tenants(
+    addresses: &[SocketAddr],
+) -> Result<BTreeMap<(String, u16), usize>, Box<dyn Error>> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<axum::body::Bytes>>();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..IN_FLIGHT {
+        let (client, next, addresses) = (client.clone(), Arc::clone(&next), addresses.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut by_status = BTreeMap::<(String, u16), usize>::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= REQUESTS {
+                    break;
+                }
+                let address = addresses[n % addresses.len()];
+                let tenant = if n % 4 == 3 { QUIET_TENANT } else { HOT_TENANT };
+                let request = http::Request::get(format!("http://{address}/api"))
+                    .header("x-tenant", tenant)
+                    .body(Empty::new())?;
+                let response = client.request(request).await?;
+                *by_status
+                    .entry((tenant.to_owned(), response.status().as_u16()))
+                    .or_default() += 1;
+                response.into_body().collect().await?;
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>(by_status)
+        }));
+    }
+    let mut by_status = BTreeMap::new();
+    for task in tasks {
+        for (status, count) in task.await?.map_err(|error| error.to_string())? {
+            *by_status.entry(status).or_default() += count;
+        }
+    }
+    Ok(by_status)
 }
 
 async fn serve_and_drive(replicas: Vec<Router>) -> Result<Tally, Box<dyn Error>> {

@@ -913,7 +913,21 @@ async fn ledger_counts_every_shards_rows(pool: &sqlx::PgPool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_backends_give_classified_errors_and_never_extra_admissions() {
-    let Some(schema) = common::schema("terminate").await else {
+    terminate_backends_under_checks("terminate", false).await;
+}
+
+/// The same faults with a lease in front of the pool: grants fail like
+/// checks, and no unit is admitted that the table did not consume first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_under_leases_never_admit_an_unconsumed_unit() {
+    terminate_backends_under_checks("terminate_leased", true).await;
+}
+
+/// Eight tasks check one key (limit 50) while the pool's backends are
+/// terminated five times. Errors are classified, and the stored count is
+/// at most the limit and at least the admissions seen.
+async fn terminate_backends_under_checks(name: &str, leased: bool) {
+    let Some(schema) = common::schema(name).await else {
         return;
     };
     let setup = schema.migrated_pool(1).await;
@@ -942,17 +956,61 @@ async fn terminated_backends_give_classified_errors_and_never_extra_admissions()
             .await
             .expect("pool")
     };
-    let limiter = Arc::new(PostgresLimiter::<FixedWindowPolicy>::new(
-        pool,
-        fast_config(),
-    ));
+    let shared = PostgresLimiter::<FixedWindowPolicy>::new(pool, fast_config());
+    let (admitted, possibly) = if leased {
+        let config = runlimit_memory::LeaseConfig::new(64)
+            .and_then(|config| config.with_max_grant(8))
+            .and_then(|config| config.with_remaining_share(100))
+            .expect("valid");
+        let limiter = Arc::new(runlimit_memory::Leased::new(shared, config));
+        let counts = check_while_terminating(&limiter, &schema, &application).await;
+        assert!(
+            limiter.stats().local_hits > 0,
+            "no check was admitted locally"
+        );
+        // A flush gives back what the leases hold, so the table keeps only
+        // what was admitted or may have been.
+        let _ = limiter.flush().await;
+        counts
+    } else {
+        check_while_terminating(&Arc::new(shared), &schema, &application).await
+    };
+    let used: i64 = sqlx::query_scalar("SELECT coalesce(max(used), 0) FROM runlimit_fixed_windows")
+        .fetch_one(&setup)
+        .await
+        .expect("used");
+    assert!(admitted <= 50, "admitted {admitted}");
+    let used = usize::try_from(used).expect("small");
+    assert!(used <= 50, "stored {used}");
+    // Every admission was stored first.
+    assert!(used >= admitted, "admitted {admitted}, stored {used}");
+    if !leased {
+        // Every stored unit is an admission the caller saw or one it was
+        // told may have happened.
+        assert!(used <= admitted + possibly);
+    }
+}
+
+/// Checks from eight tasks while terminating the pool's backends; returns
+/// the admissions seen and the errors classified as "may have applied".
+async fn check_while_terminating<L>(
+    limiter: &Arc<L>,
+    schema: &common::TestSchema,
+    application: &str,
+) -> (usize, usize)
+where
+    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+    L::Error: runlimit_core::MayHaveConsumed,
+{
+    use runlimit_core::MayHaveConsumed as _;
+
     let policy = Arc::new(policy("terminated", 50, Duration::from_secs(3_600)));
     let admitted = Arc::new(AtomicUsize::new(0));
     let possibly = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (limiter, policy, admitted, possibly) = (
-            Arc::clone(&limiter),
+            Arc::clone(limiter),
             Arc::clone(&policy),
             Arc::clone(&admitted),
             Arc::clone(&possibly),
@@ -977,7 +1035,7 @@ async fn terminated_backends_give_classified_errors_and_never_extra_admissions()
         sqlx::query(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
         )
-        .bind(&application)
+        .bind(application)
         .execute(schema.admin())
         .await
         .expect("terminate");
@@ -985,17 +1043,10 @@ async fn terminated_backends_give_classified_errors_and_never_extra_admissions()
     for task in tasks {
         task.await.expect("task");
     }
-    let used: i64 = sqlx::query_scalar("SELECT coalesce(max(used), 0) FROM runlimit_fixed_windows")
-        .fetch_one(&setup)
-        .await
-        .expect("used");
-    let admitted = admitted.load(Ordering::SeqCst);
-    assert!(admitted <= 50, "admitted {admitted}");
-    let used = usize::try_from(used).expect("small");
-    assert!(used <= 50, "stored {used}");
-    // Every stored unit is an admission the caller saw or one it was told may
-    // have happened.
-    assert!(used >= admitted && used <= admitted + possibly.load(Ordering::SeqCst));
+    (
+        admitted.load(Ordering::SeqCst),
+        possibly.load(Ordering::SeqCst),
+    )
 }
 
 #[tokio::test]

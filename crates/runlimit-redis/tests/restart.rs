@@ -53,12 +53,28 @@ async fn wait_until_up(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_during_load_never_admits_more_than_the_limit() {
+    restart_during_load("plain", false).await;
+}
+
+/// The same restart with a lease in front of the connection: grants fail
+/// like checks, and no unit is admitted that Redis did not count first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_leases_never_admits_more_than_the_limit() {
+    restart_during_load("leased", true).await;
+}
+
+/// Four tasks check one key (limit 50) while the server is killed and
+/// restarted with its append-only file.
+async fn restart_during_load(name: &str, leased: bool) {
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("free port")
         .local_addr()
         .expect("addr")
         .port();
-    let dir = std::env::temp_dir().join(format!("runlimit-redis-restart-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "runlimit-redis-restart-{name}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("dir");
     let Some(mut server) = start(port, &dir) else {
         if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") {
@@ -76,12 +92,51 @@ async fn a_restart_during_load_never_admits_more_than_the_limit() {
     let connection = ConnectionManager::new_with_config(client, manager_config)
         .await
         .expect("connect");
-    let limiter = Arc::new(RedisLimiter::<_, FixedWindowPolicy>::new(
+    let shared = RedisLimiter::<_, FixedWindowPolicy>::new(
         connection,
         RedisConfig::default()
             .with_operation_timeout(Duration::from_millis(500))
             .expect("valid"),
-    ));
+    );
+    let outcome = if leased {
+        let config = runlimit_memory::LeaseConfig::new(64)
+            .and_then(|config| config.with_max_grant(8))
+            .and_then(|config| config.with_remaining_share(100))
+            .expect("valid");
+        let limiter = Arc::new(runlimit_memory::Leased::new(shared, config));
+        let outcome = check_across_a_restart(&limiter, &mut server, port, &dir, &url).await;
+        assert!(
+            limiter.stats().local_hits > 0,
+            "no check was admitted locally"
+        );
+        outcome
+    } else {
+        check_across_a_restart(&Arc::new(shared), &mut server, port, &dir, &url).await
+    };
+    let (admitted, errors) = outcome;
+    assert!(errors > 0, "the restart was observed as errors");
+    assert!(admitted <= 50, "admitted {admitted}");
+    server.kill().ok();
+    server.wait().ok();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Checks from four tasks while the server is killed and restarted in place
+/// of `server`; returns the admissions seen (the recovered check's
+/// included) and the errors.
+async fn check_across_a_restart<L>(
+    limiter: &Arc<L>,
+    server: &mut Child,
+    port: u16,
+    dir: &std::path::Path,
+    url: &str,
+) -> (usize, usize)
+where
+    L: Limiter<Policy = FixedWindowPolicy> + 'static,
+    L::Error: runlimit_core::MayHaveConsumed,
+{
+    use runlimit_core::MayHaveConsumed as _;
+
     let policy = Arc::new(
         FixedWindowPolicy::new(
             PolicyId::new("restart").expect("valid"),
@@ -96,7 +151,7 @@ async fn a_restart_during_load_never_admits_more_than_the_limit() {
     let definitely_not = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let (limiter, policy) = (Arc::clone(&limiter), Arc::clone(&policy));
+        let (limiter, policy) = (Arc::clone(limiter), Arc::clone(&policy));
         let (admitted, possibly, definitely_not) = (
             Arc::clone(&admitted),
             Arc::clone(&possibly),
@@ -127,8 +182,8 @@ async fn a_restart_during_load_never_admits_more_than_the_limit() {
     server.kill().expect("kill");
     server.wait().expect("reaped");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let mut server = start(port, &dir).expect("restart");
-    wait_until_up(&url).await;
+    *server = start(port, dir).expect("restart");
+    wait_until_up(url).await;
     for task in tasks {
         task.await.expect("task");
     }
@@ -139,9 +194,5 @@ async fn a_restart_during_load_never_admits_more_than_the_limit() {
         .expect("recovered");
     let admitted = admitted.load(Ordering::SeqCst) + usize::from(after.is_allowed());
     let errors = possibly.load(Ordering::SeqCst) + definitely_not.load(Ordering::SeqCst);
-    assert!(errors > 0, "the restart was observed as errors");
-    assert!(admitted <= 50, "admitted {admitted}");
-    server.kill().ok();
-    server.wait().ok();
-    std::fs::remove_dir_all(&dir).ok();
+    (admitted, errors)
 }

@@ -1,17 +1,36 @@
-//! One backend shared by several limiters in a test (a leased replica per
-//! handle in front of one store): [`Shared`] forwards every operation to
-//! the backend behind its [`Arc`].
+//! One backend behind an [`Arc`], as a backend of its own.
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc};
 
-use runlimit_core::{
+use crate::{
     Admission, Backend, BatchDecision, Check, Decision, Grant, Granted, Lifecycle, Limiter,
     Receipt, Refunded, Settle, Storage, SubjectKey,
 };
 
 /// A backend behind an [`Arc`], as a backend of its own: clones share it.
+///
+/// Wrappers that own their backend (a lease per replica, a denial cache, a
+/// tiered admission) take it by value; `Shared` lets several of them stand
+/// in front of one store, as replicas stand in front of one database.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use runlimit_core::{Limiter, Shared};
+///
+/// fn two_handles<L: Limiter>(store: L) -> (Shared<L>, Shared<L>) {
+///     let shared = Shared(Arc::new(store));
+///     (shared.clone(), shared)
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Shared<L>(pub Arc<L>);
+
+impl<L> From<Arc<L>> for Shared<L> {
+    fn from(backend: Arc<L>) -> Self {
+        Self(backend)
+    }
+}
 
 impl<L> Clone for Shared<L> {
     fn clone(&self) -> Self {
