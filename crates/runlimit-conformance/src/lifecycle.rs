@@ -205,6 +205,7 @@ where
 {
     gcra_immediate_refunds_restore_exactly(limiter).await;
     gcra_refund_after_replenishment_credits_nothing(limiter, time).await;
+    gcra_refund_of_an_admission_queued_behind_credits_nothing(limiter).await;
     gcra_peek_reads_without_consuming(limiter, time).await;
     gcra_reset_restores_the_burst_and_voids_receipts(limiter).await;
 }
@@ -242,6 +243,31 @@ where
     time.elapse(Duration::from_millis(300)).await;
     let refunded = refund(limiter, &[check], receipt, case).await;
     assert_eq!(refunded.credited(), 0, "{case}: already replenished");
+}
+
+/// Only the latest admission is credited: refunding one that a later
+/// admission queued behind credits nothing (crediting it would move the later
+/// one's increment earlier), and the later one's refund still credits.
+pub async fn gcra_refund_of_an_admission_queued_behind_credits_nothing<L>(limiter: &L)
+where
+    L: Limiter<Policy = GcraPolicy> + Lifecycle,
+{
+    let case = "gcra refund of an earlier admission";
+    // One unit per 10 s: no real clock replenishes one during the case.
+    let policy = gcra("earlier", 1, Duration::from_secs(10), 3);
+    let check = Check::new(&policy, subject(44));
+    let first = admit(limiter, &check, case).await;
+    let second = admit(limiter, &check, case).await;
+    let refunded = refund(limiter, &[check], first, case).await;
+    assert_eq!(
+        refunded.credited(),
+        0,
+        "{case}: a later admission queued behind"
+    );
+    assert_allowed(case, &peek(limiter, &check, case).await, 1);
+    let refunded = refund(limiter, &[check], second, case).await;
+    assert_eq!(refunded.credited(), 1, "{case}: the latest admission");
+    assert_allowed(case, &peek(limiter, &check, case).await, 2);
 }
 
 /// A GCRA peek reports the units available now and consumes nothing.

@@ -420,6 +420,10 @@ impl Refunded {
 /// * never leaves the subject better off than if the refunded check had never
 ///   been admitted; where a backend cannot tell exactly what that would be,
 ///   it credits less, never more (the algorithm's docs state the rule).
+///   For GCRA, every backend credits only the subject's latest admission
+///   (what is left of its increment); one that later admissions queued
+///   behind credits nothing, since crediting it would move their increments
+///   earlier.
 ///
 /// Refunds of a batch credit each check independently, in one round trip.
 /// [`Settle`] gives back part of a receipt under the same rules.

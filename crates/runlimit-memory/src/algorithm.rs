@@ -713,15 +713,16 @@ impl Engine for Gcra {
         ]
     }
 
-    /// Gives back what is left of the admission's own replenishment: its
-    /// arrival time (the receipt's) lay its increment ahead of the state it
-    /// started from, and time since has replenished the earliest part first,
-    /// so `min(increment, tat_admitted - now)` is credited (nothing once the
-    /// admission's arrival time has passed). The credit never exceeds what a
-    /// replay of the same admissions without the refunded one would leave.
-    /// Crediting an admission that later ones queued behind changes the
-    /// version: their recorded arrival times no longer describe the state, so
-    /// their receipts credit nothing.
+    /// Gives back what is left of the admission's own replenishment, while it
+    /// is still the latest admission (the arrival time is the receipt's): its
+    /// increment lies at the end of the arrival time, and time since has
+    /// replenished the earliest part first, so `min(increment, tat - now)` is
+    /// credited (nothing once the arrival time has passed). An admission that
+    /// later ones queued behind credits nothing: crediting it would move
+    /// their increments earlier, and a unit a lease holds for one of those
+    /// increments could then be admitted after its increment began. The
+    /// credit never exceeds what a replay without the refunded admission
+    /// would leave.
     fn refund(
         policy: &GcraPolicy,
         state: GcraState,
@@ -729,25 +730,20 @@ impl Engine for Gcra {
         cost: u64,
         now: u64,
     ) -> Credit<GcraState> {
-        if u64::from(state.version) != version {
+        let admitted = ExactNanos { whole, remainder };
+        if u64::from(state.version) != version || state.tat != admitted {
             return Credit::Nothing;
         }
         let check = GcraNanos::new(policy, cost);
-        let admitted = ExactNanos { whole, remainder };
         let credit = admitted
             .saturating_sub(ExactNanos::from_whole(now), check.quota)
             .min(check.increment);
         if credit == ExactNanos::from_whole(0) {
             return Credit::Nothing;
         }
-        let version = if state.tat == admitted {
-            state.version
-        } else {
-            next_version(state.version)
-        };
         Credit::To(GcraState {
             tat: state.tat.saturating_sub(credit, check.quota),
-            version,
+            version: state.version,
         })
     }
 

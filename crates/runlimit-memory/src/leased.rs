@@ -52,6 +52,14 @@ pub trait Leasable: Policy + Clone + Send + Sync + 'static {
     /// its window ends, a sliding window's only within the eighth of the
     /// window they were consumed in.
     fn lease_lifetime(&self, decision: &Decision) -> Duration;
+
+    /// For a policy whose granted units stop being spendable one at a time
+    /// (GCRA), the time between two of them, rounded up: at `left` before
+    /// the lifetime ends, at most `left / spacing` units are spendable. `None`
+    /// (the default) when every unit is spendable until the lifetime ends.
+    fn unit_spacing(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Retry and reset times round up to whole milliseconds; a lease ends one
@@ -81,17 +89,27 @@ impl Leasable for SlidingWindowPolicy {
     }
 }
 
-/// GCRA is not leased. Its state is an arrival time, and a unit granted
-/// ahead is exact only if it is admitted before the increment it was queued
-/// at begins; a refund anywhere (the shared store credits the latest
-/// increments) moves those increments earlier behind the lease's back, so a
-/// held unit could then be admitted after the slot it was consumed for, past
-/// the burst. Checks of a GCRA policy are decided by the shared store.
+/// A GCRA grant is consumed ahead: its units take the last increments of the
+/// arrival time it leaves. A unit is exact when it is admitted before its
+/// increment begins (admitted then, GCRA would have queued it at the same
+/// place), so the latest unit stays spendable until the arrival time less
+/// one increment, the one before it one increment less, and so on: at `left`
+/// before the arrival time, `left / increment` units. Spending takes the
+/// earliest of them. No other admission's refund can move these increments
+/// earlier, since every backend credits only a subject's latest admission.
 impl Leasable for GcraPolicy {
-    const LEASED: bool = false;
+    /// Until the arrival time the grant left.
+    fn lease_lifetime(&self, decision: &Decision) -> Duration {
+        decision
+            .reset_after()
+            .unwrap_or_default()
+            .saturating_sub(ROUNDING)
+    }
 
-    fn lease_lifetime(&self, _decision: &Decision) -> Duration {
-        Duration::ZERO
+    /// The emission interval, rounded up to a nanosecond.
+    fn unit_spacing(&self) -> Option<Duration> {
+        let period = u64::try_from(self.period().as_nanos()).unwrap_or(u64::MAX);
+        Some(Duration::from_nanos(period.div_ceil(self.quota().max(1))))
     }
 }
 
@@ -260,6 +278,9 @@ struct Lease<P> {
     unspent: u64,
     /// Local time (ns) from which the units may no longer be admitted.
     valid_until: u64,
+    /// For GCRA, the emission interval (ns, rounded up): one unit stops
+    /// being spendable per interval before `valid_until`; 0 otherwise.
+    spacing: u64,
     /// When the grant was sent, and its decision's reset time from then.
     granted_at: u64,
     reset_after: Duration,
@@ -281,7 +302,13 @@ impl<P> Lease<P> {
 
     /// The units still spendable at `now`.
     fn spendable(&self, now: u64) -> u64 {
-        if self.valid_at(now) { self.unspent } else { 0 }
+        if !self.valid_at(now) {
+            0
+        } else if self.spacing == 0 {
+            self.unspent
+        } else {
+            self.unspent.min((self.valid_until - now) / self.spacing)
+        }
     }
 
     /// Forgets the units no longer spendable at `now`.
@@ -322,9 +349,10 @@ type Shard<P> = Mutex<Leases<P>>;
 /// Every unit admitted locally was consumed at the shared store first, by a
 /// [grant](Grant) on the shared store's clock, and is admitted only while the
 /// shared state that granted it still counts it ([`Leasable`]): so across all
-/// replicas no fixed or sliding window admits more than its limit. GCRA
-/// policies are not leased (see [`Leasable`]): their checks go to the shared
-/// store. A batch is admitted locally only when every one of its checks
+/// replicas no fixed or sliding window admits more than its limit, and GCRA
+/// admissions conform to the rate and burst as if each had reached the
+/// shared store when it was admitted. The lease's clock must run no faster
+/// than the shared store's. A batch is admitted locally only when every one of its checks
 /// fits its lease, under all their leases' locks; otherwise the shared
 /// backend decides it as one atomic batch.
 ///
@@ -627,6 +655,7 @@ where
                 piece: None,
                 unspent: 0,
                 valid_until: 0,
+                spacing: 0,
                 granted_at: 0,
                 reset_after: Duration::ZERO,
                 shared_remaining: 0,
@@ -719,6 +748,9 @@ where
         lease.piece = Some((receipt, units));
         lease.unspent = units - need;
         lease.valid_until = sent.saturating_add(nanos(policy.lease_lifetime(&decision)));
+        lease.spacing = policy
+            .unit_spacing()
+            .map_or(0, |spacing| nanos(spacing).max(1));
         lease.granted_at = sent.max(1);
         lease.reset_after = decision.reset_after().unwrap_or_default();
         lease.shared_remaining = decision.remaining().unwrap_or(0);

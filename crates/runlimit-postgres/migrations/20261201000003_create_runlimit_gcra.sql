@@ -9,8 +9,7 @@
 -- exact. A row expires (its full burst has replenished) at `expires_at`.
 --
 -- Rows carry a version: refunds compare it with the version their receipt
--- recorded, a refund that credits an admission later ones queued behind
--- changes it, and a row created anew (after a reset deleted the old one)
+-- recorded, and a row created anew (after a reset deleted the old one)
 -- starts from the creation time in microseconds, a version no receipt of the
 -- old row carries.
 CREATE TABLE runlimit_gcra (
@@ -303,9 +302,8 @@ $$;
 
 -- Refunds of GCRA admissions: credits what is left of the admission's own
 -- replenishment, min(increment, tat_admitted - now), from the current arrival
--- time, if the row's version is the receipt's; crediting an admission that
--- later ones queued behind changes the version (their receipts then credit
--- nothing).
+-- time, while the admission is the latest (the row's arrival time and version
+-- are the receipt's); an admission later ones queued behind credits nothing.
 CREATE FUNCTION runlimit_refund_gcra(
     p_keys bytea[],
     p_lock_ids bigint[],
@@ -337,7 +335,11 @@ BEGIN
         FOR UPDATE;
         r_index := i;
         r_credited := false;
-        IF FOUND AND v_row.version = p_versions[i] THEN
+        -- Only the latest admission is credited (the stored arrival time is
+        -- the receipt's): crediting one that later admissions queued behind
+        -- would move their increments earlier.
+        IF FOUND AND v_row.version = p_versions[i]
+            AND v_row.tat_us = p_admitted_us[i] AND v_row.tat_rem = p_admitted_rem[i] THEN
             -- credit = admitted - now (zero once passed), at most the increment.
             IF p_admitted_us[i] > v_now_us OR (p_admitted_us[i] = v_now_us AND p_admitted_rem[i] > 0) THEN
                 v_credit_us := p_admitted_us[i] - v_now_us;
@@ -356,11 +358,6 @@ BEGIN
                 UPDATE runlimit_gcra AS g
                 SET tat_us = v_tat_us,
                     tat_rem = v_tat_rem,
-                    version = CASE
-                        WHEN v_row.tat_us = p_admitted_us[i] AND v_row.tat_rem = p_admitted_rem[i]
-                            THEN v_row.version
-                        ELSE v_row.version + 1
-                    END,
                     expires_at = 'epoch'::timestamptz
                         + (v_tat_us + (v_tat_rem > 0)::integer) * interval '1 microsecond'
                 WHERE g.counter_key = p_keys[i];

@@ -5,9 +5,10 @@
 -- left), version (the counter's version at admission).
 -- Replies: for each key 1 if credited, else 0.
 -- Credits what is left of the admission's own replenishment,
--- min(increment, admitted - now), from the current arrival time, if the
--- counter's version is the receipt's; crediting an admission that later ones
--- queued behind changes the version, so their receipts then credit nothing.
+-- min(increment, admitted - now), from the current arrival time, while the
+-- admission is still the latest (the stored arrival time and version are the
+-- receipt's): an admission that later ones queued behind credits nothing, so
+-- their increments never move earlier.
 local reply = {}
 local stored = {0, 0, 0}
 for i = 1, #KEYS do
@@ -23,6 +24,7 @@ for i = 1, #KEYS do
         local t, r = stored[1], stored[2]
         local stored_version = count >= 3 and stored[3] or 0
         if t and r and stored_version == version
+            and t == admitted_us and r == admitted_rem
             and (admitted_us > now or (admitted_us == now and admitted_rem > 0)) then
             local credit_us, credit_rem = admitted_us - now, admitted_rem
             if credit_us > inc_us or (credit_us == inc_us and credit_rem > inc_rem) then
@@ -31,9 +33,6 @@ for i = 1, #KEYS do
             local nt, nr = t - credit_us, r - credit_rem
             if nr < 0 then
                 nt, nr = nt - 1, nr + quota
-            end
-            if t ~= admitted_us or r ~= admitted_rem then
-                stored_version = stored_version + 1
             end
             local expires = nt
             if nr > 0 then
