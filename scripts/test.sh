@@ -94,6 +94,10 @@ else
     echo "==> (--quick) skipping cargo clippy"
 fi
 
+# Optional features must build switched off too (clippy above runs with all).
+step "cargo check -p runlimit-memory --no-default-features --locked"
+cargo check -p runlimit-memory --no-default-features --locked
+
 # The dependency graph's licenses, duplicate crates and sources, against
 # deny.toml. Advisories need the RustSec database from the network, so only
 # the public workflow checks them. CI must run this; a developer without

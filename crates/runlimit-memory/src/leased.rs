@@ -315,6 +315,115 @@ impl<P> Lease<P> {
     fn expire(&mut self, now: u64) {
         self.unspent = self.spendable(now);
     }
+
+    /// Takes the grant and what is still spendable of it at `now`, to give
+    /// back; `None` when nothing is.
+    fn take_unspent(&mut self, now: u64) -> Option<Unspent<P>> {
+        let units = self.spendable(now);
+        if units == 0 {
+            return None;
+        }
+        let (receipt, granted) = self.piece.take()?;
+        self.unspent = 0;
+        Some(Unspent {
+            policy: Arc::clone(&self.policy),
+            subject: self.subject,
+            receipt,
+            granted,
+            units: units.min(granted),
+        })
+    }
+}
+
+/// Units of one grant a lease did not spend, on their way back to the
+/// shared store.
+struct Unspent<P> {
+    policy: Arc<P>,
+    subject: SubjectKey,
+    receipt: Receipt,
+    granted: u64,
+    units: u64,
+}
+
+/// Settles `unspent`'s grant to what was spent of it; whether the shared
+/// store credited anything.
+async fn settle_unspent<S: Grant>(
+    shared: &S,
+    unspent: Unspent<S::Policy>,
+) -> Result<bool, S::Error> {
+    let Unspent {
+        policy,
+        subject,
+        receipt,
+        granted,
+        units,
+    } = unspent;
+    let as_granted = weighted(&*policy, subject, granted);
+    let refunded = shared
+        .settle(&[as_granted], receipt, &[granted - units])
+        .await?;
+    Ok(refunded.credited() > 0)
+}
+
+/// Hands what the leases hold to a task that gives it back.
+type ReturnOnDrop<P> = Box<dyn Fn(Vec<Unspent<P>>) + Send + Sync>;
+
+/// With the `tokio` feature: a task on the current runtime (if any) settles
+/// every grant; without it, nothing is given back on drop.
+#[cfg(feature = "tokio")]
+fn return_on_drop<S>(shared: &Arc<S>) -> Option<ReturnOnDrop<S::Policy>>
+where
+    S: Grant + 'static,
+    S::Policy: Leasable,
+{
+    let shared = Arc::clone(shared);
+    Some(Box::new(move |taken: Vec<Unspent<S::Policy>>| {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = Arc::clone(&shared);
+        runtime.spawn(async move {
+            for unspent in taken {
+                // Best-effort: a failed settlement keeps its units consumed
+                // until the window renews, as if the replica had died.
+                let _ = settle_unspent(&*shared, unspent).await;
+            }
+        });
+    }))
+}
+
+#[cfg(not(feature = "tokio"))]
+fn return_on_drop<S>(_shared: &Arc<S>) -> Option<ReturnOnDrop<S::Policy>>
+where
+    S: Grant + 'static,
+    S::Policy: Leasable,
+{
+    None
+}
+
+impl<S: Limiter> Drop for Leased<S> {
+    fn drop(&mut self) {
+        let Some(return_unspent) = &self.on_drop else {
+            return;
+        };
+        let now = self.clock.now_nanos();
+        let taken: Vec<_> = self
+            .shards
+            .iter_mut()
+            .flat_map(|shard| {
+                let leases = shard
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                leases
+                    .values_mut()
+                    .filter_map(|lease| lease.take_unspent(now))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if !taken.is_empty() {
+            return_unspent(taken);
+        }
+    }
 }
 
 type Leases<P> = HashMap<CounterKey, Lease<P>, BuildHasherDefault<FoldKey>>;
@@ -371,10 +480,12 @@ type Shard<P> = Mutex<Leases<P>>;
 /// Unspent units go back to the shared store with a [settlement](Settle) on
 /// [`flush`](Self::flush), on [`flush_idle`](Self::flush_idle) for leases
 /// unused for [`idle_after`](LeaseConfig::with_idle_after) (call it
-/// periodically), and when a fixed or sliding window ends they expire with
-/// it (a settlement would credit nothing). A replica that stops without
-/// flushing loses its unspent units until the window renews: at most one
-/// grant per key.
+/// periodically), and best-effort when the limiter is dropped inside a Tokio
+/// runtime (the `tokio` feature, on by default). When a window ends, or a
+/// GCRA unit's increment begins, they expire with it (a settlement would
+/// credit nothing). A replica that dies without flushing loses its unspent
+/// units until the window renews (for GCRA, until their increments pass): at
+/// most one grant per key.
 ///
 /// # Refunds, settlements and resets
 ///
@@ -416,7 +527,9 @@ type Shard<P> = Mutex<Leases<P>>;
 /// # }
 /// ```
 pub struct Leased<S: Limiter> {
-    shared: S,
+    shared: Arc<S>,
+    /// Gives back what the leases hold when the limiter is dropped.
+    on_drop: Option<ReturnOnDrop<S::Policy>>,
     config: LeaseConfig,
     shards: Box<[Shard<S::Policy>]>,
     clock: StoreClock,
@@ -505,13 +618,19 @@ enum Plan {
 
 impl<S> Leased<S>
 where
-    S: Grant,
+    S: Grant + 'static,
     S::Policy: Leasable,
 {
     /// Leases on `shared`, sized and held as `config` says.
+    ///
+    /// With the `tokio` feature (on by default), dropping the limiter inside
+    /// a Tokio runtime gives the unspent units back on a task it spawns,
+    /// best-effort; [`flush`](Self::flush) before dropping to know they were.
     #[must_use]
     pub fn new(shared: S, config: LeaseConfig) -> Self {
+        let shared = Arc::new(shared);
         Self {
+            on_drop: return_on_drop(&shared),
             shared,
             config,
             shards: (0..SHARDS)
@@ -527,7 +646,13 @@ where
             units_returned: AtomicU64::new(0),
         }
     }
+}
 
+impl<S> Leased<S>
+where
+    S: Grant,
+    S::Policy: Leasable,
+{
     /// Measures lease lifetimes and idleness on `clock` instead of the
     /// system's, for tests that must never sleep. It must run no faster than
     /// the shared store's clock.
@@ -591,45 +716,27 @@ where
                 if lease.granting || !returns(lease) {
                     return true;
                 }
-                let unspent = lease.spendable(now);
-                if unspent > 0
-                    && let Some(piece) = lease.piece.take()
-                {
-                    taken.push((Arc::clone(&lease.policy), lease.subject, piece, unspent));
-                }
+                taken.extend(lease.take_unspent(now));
                 false
             });
         }
         let mut first_error = None;
-        for (policy, subject, (receipt, granted), unspent) in taken {
-            if let Err(error) = self
-                .give_back(&policy, subject, receipt, granted, unspent)
-                .await
-            {
+        for unspent in taken {
+            if let Err(error) = self.give_back(unspent).await {
                 first_error.get_or_insert(error);
             }
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Settles a grant of `granted` units to what was spent of it.
-    async fn give_back(
-        &self,
-        policy: &S::Policy,
-        subject: SubjectKey,
-        receipt: Receipt,
-        granted: u64,
-        unspent: u64,
-    ) -> Result<(), LeasedError<S::Error>> {
-        let as_granted = weighted(policy, subject, granted);
-        let unspent = unspent.min(granted);
-        let refunded = self
-            .shared
-            .settle(&[as_granted], receipt, &[granted - unspent])
+    /// Settles a grant to what was spent of it.
+    async fn give_back(&self, unspent: Unspent<S::Policy>) -> Result<(), LeasedError<S::Error>> {
+        let units = unspent.units;
+        if settle_unspent(&*self.shared, unspent)
             .await
-            .map_err(LeasedError::Shared)?;
-        if refunded.credited() > 0 {
-            self.units_returned.fetch_add(unspent, Ordering::Relaxed);
+            .map_err(LeasedError::Shared)?
+        {
+            self.units_returned.fetch_add(units, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -126,6 +126,31 @@ async fn gcra_lease_units_expire_one_increment_at_a_time() {
     assert_eq!(admitted, 7);
 }
 
+/// Dropped inside a Tokio runtime, a leased limiter gives what its leases
+/// hold back on a task of that runtime.
+#[tokio::test]
+async fn dropping_a_leased_limiter_gives_its_unspent_units_back() {
+    let clock = ManualClock::new();
+    let (store, mut leased) = replicas(&clock, 1, lease_config(50));
+    let replica = leased.pop().expect("one replica");
+    let policy = fixed(10_000, Duration::from_secs(60));
+    let check = Check::new(&policy, key(12));
+    for _ in 0..100 {
+        assert!(replica.check(&check).await.expect("no error").is_allowed());
+    }
+    let held = replica.stats().units_held;
+    assert!(held > 0, "the lease holds units");
+    assert_eq!(used_at_shared(&store, &policy, 12), 100 + held);
+    drop(replica);
+    for _ in 0..100 {
+        if used_at_shared(&store, &policy, 12) == 100 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(used_at_shared(&store, &policy, 12), 100);
+}
+
 #[tokio::test]
 async fn a_cold_key_takes_exactly_its_cost_and_holds_nothing() {
     let clock = ManualClock::new();
