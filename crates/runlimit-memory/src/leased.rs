@@ -869,10 +869,13 @@ where
 
     /// A cold key's check: admitted by the shared store for its cost, and
     /// recorded in the key's lease so that a key checked again soon grows.
+    /// A plain check (`with_receipt` false) is the shared store's own check,
+    /// which some backends answer more cheaply than an admission.
     async fn admit_exactly(
         &self,
         check: &Check<'_, S::Policy>,
         sent: u64,
+        with_receipt: bool,
     ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
         let key = check.counter_key();
         let mut in_flight = InFlight {
@@ -880,18 +883,28 @@ where
             key,
             landed: false,
         };
-        let admitted = self.shared.admit(check).await;
+        let admitted = if with_receipt {
+            self.shared
+                .admit(check)
+                .await
+                .map(runlimit_core::Admission::into_parts)
+        } else {
+            self.shared
+                .check(check)
+                .await
+                .map(|decision| (decision, None))
+        };
         self.grants.fetch_add(1, Ordering::Relaxed);
         in_flight.landed = true;
         {
             let mut leases = lock(in_flight.shard);
             if let Some(lease) = leases.get_mut(&key) {
                 lease.granting = false;
-                if let Ok(admission) = &admitted
-                    && admission.decision().is_allowed()
+                if let Ok((decision, _)) = &admitted
+                    && decision.is_allowed()
                 {
                     lease.granted_at = sent.max(1);
-                    lease.shared_remaining = admission.decision().remaining().unwrap_or(0);
+                    lease.shared_remaining = decision.remaining().unwrap_or(0);
                     lease.size = check.cost();
                     lease.last_used = sent;
                     self.units_granted
@@ -899,7 +912,7 @@ where
                 }
             }
         }
-        let (decision, receipt) = admitted.map_err(LeasedError::Shared)?.into_parts();
+        let (decision, receipt) = admitted.map_err(LeasedError::Shared)?;
         Ok((
             decision,
             receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
@@ -924,7 +937,7 @@ where
             Err(Plan::Grant { need, size, sent }) if size == check.cost() && need == size => {
                 // A grant of exactly the check's cost leaves nothing to hold:
                 // the shared store's own admission is the cheaper statement.
-                self.admit_exactly(check, sent).await
+                self.admit_exactly(check, sent, with_receipt).await
             }
             Err(Plan::Grant { need, size, sent }) => {
                 let (decision, stamp) = self.admit_granted(check, need, size, sent).await?;

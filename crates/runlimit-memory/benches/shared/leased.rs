@@ -1,6 +1,7 @@
 //! The leased comparison every shared backend's bench runs: one hot key
 //! shared by four limiters, 32 tasks, against the backend's floor and its
-//! unleased check, rounds alternating; then cold keys, leased and not.
+//! unleased check, rounds alternating; then cold keys, leased and not, beside
+//! an unleased control cell.
 
 use std::{
     future::Future,
@@ -36,6 +37,12 @@ pub(crate) fn subject(n: u64) -> SubjectKey {
     SubjectKey::from_digest(digest)
 }
 
+/// One of `COLD_KEYS` keys of the cell whose counters `n` belongs to.
+fn cold_key(n: u64) -> SubjectKey {
+    let cell = n >> 40;
+    subject(1 + cell * COLD_KEYS + (n & ((1 << 40) - 1)).wrapping_mul(0x2545_F491) % COLD_KEYS)
+}
+
 /// A limit far above any demand.
 pub(crate) fn unlimited(name: &str) -> Arc<FixedWindowPolicy> {
     Arc::new(
@@ -49,15 +56,20 @@ pub(crate) fn unlimited(name: &str) -> Arc<FixedWindowPolicy> {
     )
 }
 
+/// How many cells have run: each starts its counters where no earlier cell
+/// did, so cold-key cells never find rows another cell stored.
+static CELLS: AtomicU64 = AtomicU64::new(0);
+
 /// Operations per second of `op` on `TASKS` tasks spread over `LIMITERS`.
 pub(crate) async fn rate(seconds: f64, op: &Op) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    let cell = CELLS.fetch_add(1, Ordering::Relaxed);
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let (stop, done, op) = (Arc::clone(&stop), Arc::clone(&done), Arc::clone(op));
             tokio::spawn(async move {
-                let mut n = task as u64 * 1_000_003;
+                let mut n = (cell << 40) | (task as u64 * 1_000_003);
                 while !stop.load(Ordering::Relaxed) {
                     op(task % LIMITERS, n).await;
                     n = n.wrapping_add(1);
@@ -82,13 +94,47 @@ pub(crate) async fn rate(seconds: f64, op: &Op) -> f64 {
     done.load(Ordering::Relaxed) as f64 / elapsed
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn range(values: &[f64]) -> String {
-    format!("{:.0}–{:.0}", values[0], values[values.len() - 1])
+/// One table row: the median and the range of `values`.
+fn row(name: &str, values: &[f64]) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match (sorted.first(), sorted.last()) {
+        (Some(low), Some(high)) => {
+            println!("| {name} | {:.0} ({low:.0}–{high:.0}) |", median(values));
+        }
+        _ => println!("| {name} | not run |"),
+    }
+}
+
+/// The cells; `BENCH_CELLS` (names separated by commas) runs only some of
+/// them.
+const CELLS_RUN: [&str; 6] = [
+    "floor",
+    "hot unleased",
+    "hot leased",
+    "cold unleased",
+    "cold leased",
+    "cold control",
+];
+
+/// Rounds and seconds per cell of the cold-key phase: `BENCH_COLD_ROUNDS`
+/// (default 21) and `BENCH_COLD_SECONDS` (default 0.5).
+fn cold_schedule() -> (usize, f64) {
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|value| value.parse::<f64>().ok())
+    };
+    (
+        env("BENCH_COLD_ROUNDS").map_or(21, |rounds| rounds as usize),
+        env("BENCH_COLD_SECONDS").unwrap_or(0.5),
+    )
 }
 
 /// Runs the comparison and prints one table.
@@ -138,7 +184,7 @@ pub(crate) async fn compare<L>(
         Arc::new(move |limiter, n| {
             let (limiter, cold) = (Arc::clone(&plain[limiter]), Arc::clone(&cold));
             Box::pin(async move {
-                let key = subject(1 + n.wrapping_mul(0x2545_F491) % COLD_KEYS);
+                let key = cold_key(n);
                 let decision = limiter.check(&Check::new(&*cold, key)).await;
                 assert!(decision.expect("no error").is_allowed());
             })
@@ -149,7 +195,7 @@ pub(crate) async fn compare<L>(
         Arc::new(move |limiter, n| {
             let (limiter, cold) = (Arc::clone(&leased[limiter]), Arc::clone(&cold));
             Box::pin(async move {
-                let key = subject(1 + n.wrapping_mul(0x2545_F491) % COLD_KEYS);
+                let key = cold_key(n);
                 let decision = limiter.check(&Check::new(&*cold, key)).await;
                 assert!(decision.expect("no error").is_allowed());
             })
@@ -160,18 +206,19 @@ pub(crate) async fn compare<L>(
     let (mut floors, mut plains, mut leases, mut trips, mut colds, mut cold_leases) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut held = vec![];
+    let only = std::env::var("BENCH_CELLS").ok();
+    let runs = |cell: usize| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|name| name.trim() == CELLS_RUN[cell]))
+    };
     for round in 0..rounds {
         // Alternate the order of the cells from round to round.
-        let order: [usize; 5] = if round % 2 == 0 {
-            [0, 1, 2, 3, 4]
-        } else {
-            [2, 1, 0, 4, 3]
-        };
-        for cell in order {
+        let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        for cell in order.into_iter().filter(|&cell| runs(cell)) {
             match cell {
                 0 => floors.push(rate(seconds, &floor).await),
                 1 => plains.push(rate(seconds, &plain_hot).await),
-                2 => {
+                _ => {
                     // Start from no leases, so what is held afterwards is
                     // the hot key's alone.
                     for limiter in &leased {
@@ -187,69 +234,54 @@ pub(crate) async fn compare<L>(
                         limiter.flush().await.expect("flush");
                     }
                 }
-                3 => colds.push(rate(seconds, &plain_cold).await),
-                _ => cold_leases.push(rate(seconds, &leased_cold).await),
+            }
+        }
+        eprintln!(
+            "hot round {round}: floor {:?}, unleased {:?}, leased {:?}",
+            floors.last(),
+            plains.last(),
+            leases.last()
+        );
+    }
+    // Cold keys insert rows, and a database's insert rate drifts over
+    // seconds (checkpoints, the table's growth): short slices, many rounds,
+    // and an unleased control cell measure that drift beside the ratio.
+    let (cold_rounds, cold_seconds) = cold_schedule();
+    let mut controls = vec![];
+    for round in 0..cold_rounds {
+        let order: [usize; 3] = match round % 3 {
+            0 => [3, 4, 5],
+            1 => [4, 5, 3],
+            _ => [5, 3, 4],
+        };
+        for cell in order.into_iter().filter(|&cell| runs(cell)) {
+            match cell {
+                3 => colds.push(rate(cold_seconds, &plain_cold).await),
+                4 => cold_leases.push(rate(cold_seconds, &leased_cold).await),
+                _ => controls.push(rate(cold_seconds, &plain_cold).await),
             }
         }
     }
+    let control_ratios: Vec<f64> = controls.iter().zip(&colds).map(|(a, c)| c / a).collect();
     let ratios: Vec<f64> = leases.iter().zip(&floors).map(|(l, f)| l / f).collect();
-    let mut ratios = ratios;
-    let mut cold_ratios: Vec<f64> = cold_leases.iter().zip(&colds).map(|(l, c)| c / l).collect();
+    let cold_ratios: Vec<f64> = cold_leases.iter().zip(&colds).map(|(l, c)| c / l).collect();
     println!(
         "{backend}: one hot key, {LIMITERS} limiters, {TASKS} tasks, median of {rounds} rounds of {seconds} s (range)"
     );
     println!("| workload | ops/s |");
     println!("|---|---|");
+    row(&format!("{floor_name} (floor)"), &floors);
+    row("check, unleased", &plains);
+    row("check, leased", &leases);
+    row("cold keys, unleased", &colds);
+    row("cold keys, leased", &cold_leases);
+    row("cold keys, unleased again (control)", &controls);
     println!(
-        "| {floor_name} (floor) | {:.0} ({}) |",
-        median(&mut floors.clone()),
-        range(&{
-            let mut v = floors.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-    );
-    println!(
-        "| check, unleased | {:.0} ({}) |",
-        median(&mut plains.clone()),
-        range(&{
-            let mut v = plains.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-    );
-    println!(
-        "| check, leased | {:.0} ({}) |",
-        median(&mut leases.clone()),
-        range(&{
-            let mut v = leases.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-    );
-    println!(
-        "| cold keys, unleased | {:.0} ({}) |",
-        median(&mut colds.clone()),
-        range(&{
-            let mut v = colds.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-    );
-    println!(
-        "| cold keys, leased | {:.0} ({}) |",
-        median(&mut cold_leases.clone()),
-        range(&{
-            let mut v = cold_leases.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-    );
-    println!(
-        "leased / floor: {:.1}× (median of per-round ratios); round trips per admitted check: {:.4}; cold keys leased / unleased time per check: {:.3}×; units held when demand stopped: {:.0} (median)",
-        median(&mut ratios),
-        median(&mut trips),
-        median(&mut cold_ratios),
-        median(&mut held),
+        "leased / floor: {:.1}× (median of per-round ratios); round trips per admitted check: {:.4}; cold keys, time per check over the unleased check: leased {:.3}×, control {:.3}× ({cold_rounds} rounds of {cold_seconds} s); units held when demand stopped: {:.0} (median)",
+        median(&ratios),
+        median(&trips),
+        median(&cold_ratios),
+        median(&control_ratios),
+        median(&held),
     );
 }
