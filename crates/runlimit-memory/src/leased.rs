@@ -303,11 +303,11 @@ impl<P> Lease<P> {
     /// The units still spendable at `now`.
     fn spendable(&self, now: u64) -> u64 {
         if !self.valid_at(now) {
-            0
-        } else if self.spacing == 0 {
-            self.unspent
-        } else {
-            self.unspent.min((self.valid_until - now) / self.spacing)
+            return 0;
+        }
+        match (self.valid_until - now).checked_div(self.spacing) {
+            Some(increments) => self.unspent.min(increments),
+            None => self.unspent,
         }
     }
 
