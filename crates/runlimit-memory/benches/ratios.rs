@@ -9,7 +9,9 @@
 //!   on 100k random stored keys;
 //! - every check path against governor's keyed limiter (digest keys): a hot
 //!   key allowed and denied on one thread and on two sharing it, 100k random
-//!   keys on one and two threads, and a flood of keys never seen before.
+//!   keys on one and two threads, and a flood of keys never seen before; and
+//!   the same paths in the README's store configuration (1 << 20 keys, 64
+//!   shards) with GCRA states that replenish between checks.
 //!
 //! A ratio of two criterion groups compares measurements taken seconds apart,
 //! and on a shared VM the host's load moves more in that time than the figure
@@ -480,6 +482,15 @@ fn against_governor() {
 
     let default_config = MemoryStoreConfig::new(2 * RANDOM_KEYS).expect("valid");
     let sharded = default_config.with_shard_count(64).expect("valid");
+    // The store the README configures, where production keys' GCRA states
+    // replenish between checks: a billion a second finds every state
+    // replenished at the next check.
+    let readme = MemoryStoreConfig::new(1 << 20)
+        .and_then(|config| config.with_shard_count(64))
+        .expect("valid");
+    let gcra_hourly = Arc::new(
+        GcraPolicy::new(id(), scope(), 1, Duration::from_secs(3_600), 1).expect("valid"),
+    );
     let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
     let digests: Arc<Vec<[u8; 32]>> = Arc::new(keys.iter().map(|key| *key.as_bytes()).collect());
     let flood_keys: Arc<Vec<SubjectKey>> = Arc::new(
@@ -525,6 +536,58 @@ fn against_governor() {
                 Box::new(move || hot_checks(GcraStore::new(default_config), Arc::clone(&policy))),
             ));
         }
+        for (name, policy, quota) in [
+            ("hot key allowed, GCRA replenished", &gcra_open, governor_open),
+            ("hot key denied, GCRA 1 per hour", &gcra_hourly, governor_shut),
+        ] {
+            let policy = Arc::clone(policy);
+            paths.push(Path {
+                name: leak(format!("{name}, README store, {threads} thread(s)")),
+                threads,
+                calls,
+                runlimit: Box::new(move || hot_checks(GcraStore::new(readme), Arc::clone(&policy))),
+                governor: Box::new(move || {
+                    let governor = RateLimiter::keyed(quota);
+                    let digest = *subject(0).as_bytes();
+                    let _ = governor.check_key(&digest);
+                    Arc::new(move |_, _| {
+                        black_box(governor.check_key(black_box(&digest)).is_ok());
+                    })
+                }),
+            });
+        }
+        let (policy, keys_, order_) = (
+            Arc::clone(&gcra_open),
+            Arc::clone(&keys),
+            Arc::clone(&order),
+        );
+        let (digests_, orders_) = (Arc::clone(&digests), Arc::clone(&order));
+        paths.push(Path {
+            name: leak(format!(
+                "100k random keys, GCRA replenished, README store, {threads} thread(s)"
+            )),
+            threads,
+            calls,
+            runlimit: Box::new(move || {
+                random_checks(
+                    GcraStore::new(readme),
+                    Arc::clone(&policy),
+                    Arc::clone(&keys_),
+                    Arc::clone(&order_),
+                )
+            }),
+            governor: Box::new(move || -> Work {
+                let governor = RateLimiter::keyed(governor_open);
+                for digest in digests_.iter() {
+                    let _ = governor.check_key(digest);
+                }
+                let (digests, order) = (Arc::clone(&digests_), Arc::clone(&orders_));
+                Arc::new(move |thread, call| {
+                    let index = order[(call + thread * 7_919) % order.len()];
+                    black_box(governor.check_key(&digests[index]).is_ok());
+                })
+            }),
+        });
         let config = if threads == 1 {
             default_config
         } else {
