@@ -488,9 +488,8 @@ fn against_governor() {
     let readme = MemoryStoreConfig::new(1 << 20)
         .and_then(|config| config.with_shard_count(64))
         .expect("valid");
-    let gcra_hourly = Arc::new(
-        GcraPolicy::new(id(), scope(), 1, Duration::from_secs(3_600), 1).expect("valid"),
-    );
+    let gcra_hourly =
+        Arc::new(GcraPolicy::new(id(), scope(), 1, Duration::from_secs(3_600), 1).expect("valid"));
     let keys: Arc<Vec<SubjectKey>> = Arc::new((0..RANDOM_KEYS as u64).map(subject).collect());
     let digests: Arc<Vec<[u8; 32]>> = Arc::new(keys.iter().map(|key| *key.as_bytes()).collect());
     let flood_keys: Arc<Vec<SubjectKey>> = Arc::new(
@@ -537,8 +536,16 @@ fn against_governor() {
             ));
         }
         for (name, policy, quota) in [
-            ("hot key allowed, GCRA replenished", &gcra_open, governor_open),
-            ("hot key denied, GCRA 1 per hour", &gcra_hourly, governor_shut),
+            (
+                "hot key allowed, GCRA replenished",
+                &gcra_open,
+                governor_open,
+            ),
+            (
+                "hot key denied, GCRA 1 per hour",
+                &gcra_hourly,
+                governor_shut,
+            ),
         ] {
             let policy = Arc::clone(policy);
             paths.push(Path {
