@@ -491,8 +491,9 @@ type Shard<P> = Mutex<Leases<P>>;
 ///
 /// A refund or settlement of a local admission gives its units back to the
 /// lease it was admitted from, while that lease still holds, and nothing
-/// afterwards; one of a check the shared store decided goes to the shared
-/// store. A reset drops this replica's lease and resets the shared counter;
+/// afterwards (for GCRA, only while the lease has admitted nothing since, as
+/// the shared stores credit only a subject's latest admission); one of a
+/// check the shared store decided goes to the shared store. A reset drops this replica's lease and resets the shared counter;
 /// other replicas' leases survive it, so after a reset up to `(replicas - 1)
 /// × max_grant` units may still be admitted that the reset counter does not
 /// count.
@@ -1088,9 +1089,15 @@ where
             }
             let key = check.counter_key();
             let mut leases = lock(self.shard(&key));
+            let [generation, unspent_after, _] = admitted.stamp().words();
+            // A GCRA lease's units are its grant's last increments, spent
+            // earliest first: the admission's own go back only while nothing
+            // was spent after it (they sit just before what the lease still
+            // holds); window units are interchangeable until the lease ends.
             if let Some(lease) = leases.get_mut(&key)
                 && lease.valid_at(now)
-                && lease.generation == admitted.stamp().words()[0]
+                && lease.generation == generation
+                && (lease.spacing == 0 || lease.unspent == unspent_after)
                 && let Some((_, granted)) = &lease.piece
             {
                 lease.unspent = (lease.unspent + units).min(*granted);
@@ -1174,8 +1181,10 @@ fn local_decision<P: Policy>(policy: &P, lease: &Lease<P>, now: u64) -> Decision
     .unwrap_or_else(|_| unreachable!("remaining is capped at the capacity"))
 }
 
+/// A local admission's stamp: the grant it was admitted from, and what the
+/// lease held unspent right after it.
 fn local_stamp<P>(lease: &Lease<P>) -> Stamp {
-    Stamp::new([lease.generation, 0, 0])
+    Stamp::new([lease.generation, lease.unspent, 0])
 }
 
 fn local_receipt<P: Policy>(admitted: &[(&Check<'_, P>, Stamp)]) -> Receipt {
