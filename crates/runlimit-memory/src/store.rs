@@ -297,8 +297,8 @@ impl<A: Algorithm> Store<A> {
 
     /// Checks a key its shard does not store, holding the shard for reading,
     /// and stages it beside the table if allowed. `None` when the exclusive
-    /// path must decide instead: the key is staged already, the shard has no
-    /// room for it, or something may be due for cleanup (see
+    /// path must decide instead: the key is staged already, or the shard has
+    /// no room for it (see
     /// [`StagingGuard::accepts`](crate::table::StagingGuard::accepts)), so a
     /// staged check decides and stores exactly what the exclusive path would.
     #[inline(never)]
@@ -314,7 +314,7 @@ impl<A: Algorithm> Store<A> {
         let clock_now = self.now_nanos();
         let mut staging = table.staging();
         let now = shard.advance(clock_now);
-        if !staging.accepts(key, now) {
+        if !staging.accepts(key) {
             return None;
         }
         let policy = check.policy();
@@ -358,13 +358,18 @@ impl<A: Algorithm> Store<A> {
                         (A::decision(policy, admitted), Some(A::stamp(&next)))
                     }
                     None => {
-                        self.clean(
-                            &mut table,
-                            self.config.cleanup_per_check(),
-                            now,
-                            &[],
-                            effects,
-                        );
+                        // Expired entries stay until a new key needs their
+                        // room: a key checked again finds its entry and
+                        // updates it in place.
+                        if table.headroom() == 0 {
+                            self.clean(
+                                &mut table,
+                                self.config.cleanup_per_check(),
+                                now,
+                                &[],
+                                effects,
+                            );
+                        }
                         let admitted = if table.headroom() == 0 {
                             (Decision::denied(capacity_denial(&table, now)), None)
                         } else {
@@ -510,12 +515,16 @@ impl<A: Algorithm> Store<A> {
             }
         }
 
-        // Room for new keys: each check brings its shard one cleanup allowance.
+        // Room for new keys: when a shard lacks it, each check brings the
+        // shard one cleanup allowance.
         for (position, &shard_index) in shard_indices.iter().enumerate() {
-            let needs_room = items.iter().any(|item| {
-                item.shard == shard_index && item.slot.is_none() && item.next.is_some()
-            });
-            if !needs_room {
+            let new_keys = items
+                .iter()
+                .filter(|item| {
+                    item.shard == shard_index && item.slot.is_none() && item.next.is_some()
+                })
+                .count();
+            if new_keys == 0 {
                 continue;
             }
             let protected: SmallVec<[SlotId; INLINE_BATCH]> = items
@@ -528,13 +537,15 @@ impl<A: Algorithm> Store<A> {
                 .filter(|item| item.shard == shard_index)
                 .count();
             let table = &mut guards[position];
-            self.clean(
-                table,
-                self.config.cleanup_per_check() * on_shard,
-                now,
-                &protected,
-                effects,
-            );
+            if table.headroom() < new_keys {
+                self.clean(
+                    table,
+                    self.config.cleanup_per_check() * on_shard,
+                    now,
+                    &protected,
+                    effects,
+                );
+            }
             let mut headroom = table.headroom();
             for (item, decision) in items.iter_mut().zip(decisions.iter_mut()) {
                 if item.shard != shard_index || item.slot.is_some() || item.next.is_none() {

@@ -322,8 +322,6 @@ pub(crate) const STAGED_KEYS: usize = 8;
 /// path, which merges it first, so a hot new key is staged for one check.
 struct Staging<S> {
     keys: Vec<(StoreKey, S)>,
-    /// The earliest deadline of a staged key (`u64::MAX` when none is).
-    earliest: u64,
     /// Counts inserts, staged or not; a new key's version is drawn from it.
     inserts: u32,
 }
@@ -352,22 +350,15 @@ pub(crate) struct StagingGuard<'a, S: Packed> {
 }
 
 impl<S: Packed> StagingGuard<'_, S> {
-    /// Whether a new `key` may be staged at `now`, doing exactly what the
-    /// exclusive path would: it is not staged already (a second operation on
-    /// a staged key merges it), there is room for it, and no stored or staged
-    /// key may have expired (the exclusive path would spend its cleanup
-    /// allowance on those first).
+    /// Whether a new `key` may be staged, doing exactly what the exclusive
+    /// path would: it is not staged already (a second operation on a staged
+    /// key merges it) and there is room for it (so the exclusive path would
+    /// not clean up either).
     #[inline]
-    pub(crate) fn accepts(&self, key: &StoreKey, now: u64) -> bool {
+    pub(crate) fn accepts(&self, key: &StoreKey) -> bool {
         let staged = &self.staging.keys;
         staged.len() < STAGED_KEYS
             && self.table.entries.len() + staged.len() < self.table.capacity
-            && self.staging.earliest > now
-            && self
-                .table
-                .expiry
-                .peek()
-                .is_none_or(|&Reverse((bound, _))| bound > now)
             && !staged.iter().any(|(staged, _)| staged == key)
     }
 
@@ -376,7 +367,6 @@ impl<S: Packed> StagingGuard<'_, S> {
     #[inline]
     pub(crate) fn stage(&mut self, key: StoreKey, state: S) -> S {
         let state = self.staging.versioned(state);
-        self.staging.earliest = self.staging.earliest.min((self.table.deadline)(&state));
         self.staging.keys.push((key, state));
         state
     }
@@ -406,7 +396,6 @@ impl<S: Packed> Table<S> {
             deadline,
             staging: CachePadded::new(Mutex::new(Staging {
                 keys: Vec::with_capacity(STAGED_KEYS),
-                earliest: u64::MAX,
                 inserts: 0,
             })),
         }
@@ -462,7 +451,6 @@ impl<S: Packed> Table<S> {
         if staging.keys.is_empty() {
             return;
         }
-        staging.earliest = u64::MAX;
         let mut staged = std::mem::take(&mut staging.keys);
         for (key, state) in staged.drain(..) {
             self.store(key, state);
@@ -606,7 +594,6 @@ impl<S: Packed> Table<S> {
         self.expiry.clear();
         let staging = self.staging_mut();
         staging.keys.clear();
-        staging.earliest = u64::MAX;
     }
 }
 
