@@ -1,9 +1,15 @@
 //! Throughput and latency of RedisLimiter against a `PING` floor on the same
 //! connections, in one run.
 //!
-//! Run with `cargo bench -p runlimit-redis --bench redis` (reads
-//! `RUNLIMIT_REDIS_TEST_URL`; `BENCH_SECONDS` sets seconds per cell). Results are
-//! recorded in BENCHMARKS.md. `-- sliding` instead alternates fixed-window and
+//! Run with `cargo bench -p runlimit-redis --bench redis` (`BENCH_SECONDS`
+//! sets seconds per cell). Results are recorded in BENCHMARKS.md.
+//!
+//! On a machine with at least two cores and `redis-server` and `taskset`
+//! installed, the bench starts its own `redis-server` pinned to the last core
+//! and runs its own threads on the first, so that the server's time per
+//! operation is not the client's contention (it says so when it starts).
+//! Otherwise, or with `BENCH_SHARED_SERVER=1`, it uses the server at
+//! `RUNLIMIT_REDIS_TEST_URL`. `-- sliding` instead alternates fixed-window and
 //! sliding-window checks at 32 tasks over rounds and reports the median ratio;
 //! `-- topology` runs the credential-stuffing burst with and without the
 //! denial cache, and the tiered admission against the shared check alone.
@@ -89,6 +95,26 @@ async fn server_scripts(connection: &mut ConnectionManager) -> f64 {
             matches!(name, "evalsha" | "eval").then(|| calls.parse::<f64>().ok())?
         })
         .sum()
+}
+
+/// Seconds of CPU this process has used (user and system), from
+/// `/proc/self/stat`; 0 where that is not readable.
+fn client_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are the 14th and 15th fields of the whole line; the
+    // kernel counts them in USER_HZ, 100 per second on Linux.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Seconds of CPU the server has used (`INFO cpu`, user and system).
@@ -228,10 +254,105 @@ async fn run(
     )
 }
 
-#[tokio::main]
-async fn main() {
-    let url = std::env::var("RUNLIMIT_REDIS_TEST_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+fn main() {
+    let server = PinnedServer::start();
+    // Threads inherit their creator's cores: pin before the runtime starts
+    // its workers.
+    if let Some(server) = &server
+        && !core_affinity::set_for_current(server.client_core)
+    {
+        eprintln!("could not pin the bench's threads; the comparison is not isolated");
+    }
+    let url = server.as_ref().map_or_else(
+        || {
+            std::env::var("RUNLIMIT_REDIS_TEST_URL")
+                .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned())
+        },
+        |server| server.url.clone(),
+    );
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench(url));
+    drop(server);
+}
+
+/// A `redis-server` of the bench's own, on its own core.
+struct PinnedServer {
+    child: std::process::Child,
+    url: String,
+    client_core: core_affinity::CoreId,
+}
+
+impl PinnedServer {
+    /// Starts the server on the last core when the machine has two or more
+    /// and the tools are there; `None` (with the reason printed) otherwise.
+    fn start() -> Option<Self> {
+        if std::env::var("BENCH_SHARED_SERVER").as_deref() == Ok("1") {
+            println!("server: RUNLIMIT_REDIS_TEST_URL's (BENCH_SHARED_SERVER=1), not pinned");
+            return None;
+        }
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        let (Some(&client_core), Some(&server_core)) = (cores.first(), cores.last()) else {
+            println!("server: RUNLIMIT_REDIS_TEST_URL's, not pinned (cores unknown)");
+            return None;
+        };
+        if cores.len() < 2 {
+            println!("server: RUNLIMIT_REDIS_TEST_URL's, not pinned (one core)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .ok()?;
+        let child = std::process::Command::new("taskset")
+            .args(["-c", &server_core.id.to_string(), "redis-server"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            println!(
+                "server: RUNLIMIT_REDIS_TEST_URL's, not pinned (taskset or redis-server missing)"
+            );
+            return None;
+        };
+        let url = format!("redis://127.0.0.1:{port}/");
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let started = Instant::now();
+        while client
+            .get_connection()
+            .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection))
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the bench's redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!(
+            "server: the bench's own redis-server on core {}, the bench on core {}",
+            server_core.id, client_core.id
+        );
+        Some(Self {
+            child,
+            url,
+            client_core,
+        })
+    }
+}
+
+impl Drop for PinnedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn bench(url: String) {
     let seconds: f64 = std::env::var("BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -379,17 +500,29 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
         Workload::BatchOfTwoUncoalesced,
         Workload::BatchOfTwo,
     ];
-    let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); workloads.len()];
+    let mut results: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); workloads.len()];
     for round in 1..=5 {
         for (index, workload) in workloads.iter().enumerate() {
-            let cpu = server_cpu(&mut admin).await;
+            let (cpu, scripts, client) = (
+                server_cpu(&mut admin).await,
+                server_scripts(&mut admin).await,
+                client_cpu(),
+            );
             let (rate, _, p99) = run(*workload, 32, seconds, shared, policies).await;
+            let client = (client_cpu() - client) / (rate * seconds) * 1e5;
             let cpu = (server_cpu(&mut admin).await - cpu) / (rate * seconds) * 1e5;
+            let scripts = server_scripts(&mut admin).await - scripts;
+            let per_script = if scripts >= 1.0 {
+                format!("{:.1}", rate * seconds / scripts)
+            } else {
+                "no".to_owned()
+            };
             println!(
-                "round {round}: {workload:?} {rate:.0}/s, p99 {:.3} ms, server CPU {cpu:.2} s per 100k",
+                "round {round}: {workload:?} {rate:.0}/s, p99 {:.3} ms, server CPU {cpu:.2} s per 100k, \
+                 {per_script} operations per script, the bench's own CPU {client:.2} s per 100k",
                 p99.as_secs_f64() * 1e3
             );
-            results[index].push((rate, p99.as_secs_f64() * 1e3, cpu));
+            results[index].push((rate, p99.as_secs_f64() * 1e3, cpu, client));
         }
     }
     let median = |values: &mut Vec<f64>| {
@@ -401,10 +534,11 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
         let rate = median(&mut rounds.iter().map(|r| r.0).collect());
         println!(
             "median over 5 rounds at 32 tasks, {workload:?}: {rate:.0}/s ({:.0}% of PING), \
-             p99 {:.3} ms, server CPU {:.2} s per 100k",
+             p99 {:.3} ms, server CPU {:.2} s per 100k, the bench's own CPU {:.2} s per 100k",
             100.0 * rate / ping,
             median(&mut rounds.iter().map(|r| r.1).collect()),
             median(&mut rounds.iter().map(|r| r.2).collect()),
+            median(&mut rounds.iter().map(|r| r.3).collect()),
         );
     }
 }

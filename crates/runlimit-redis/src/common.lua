@@ -43,7 +43,8 @@ end
 -- it as an exact integer; the extra millisecond keeps the key from expiring
 -- early when the server's own millisecond clock lags TIME.
 local function keep(key, value, expires)
-    redis.call('SET', key, value, 'PX', ceil((expires - now) / 1000) + 1)
+    -- Passed as text: Redis would format a Lua number with '%.17g'.
+    redis.call('SET', key, value, 'PX', format('%d', ceil((expires - now) / 1000) + 1))
 end
 
 -- The batch rule: `decide(i)` for every check, true when allowed; then, only
