@@ -531,9 +531,11 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
     };
     let ping = median(&mut results[0].iter().map(|r| r.0).collect());
     for (workload, rounds) in workloads.iter().zip(&results) {
-        let rate = median(&mut rounds.iter().map(|r| r.0).collect());
+        let mut rates: Vec<f64> = rounds.iter().map(|r| r.0).collect();
+        let rate = median(&mut rates);
+        let (low, high) = (rates[0], rates[rates.len() - 1]);
         println!(
-            "median over 5 rounds at 32 tasks, {workload:?}: {rate:.0}/s ({:.0}% of PING), \
+            "median over 5 rounds at 32 tasks, {workload:?}: {rate:.0}/s ({low:.0}–{high:.0}; {:.0}% of PING), \
              p99 {:.3} ms, server CPU {:.2} s per 100k, the bench's own CPU {:.2} s per 100k",
             100.0 * rate / ping,
             median(&mut rounds.iter().map(|r| r.1).collect()),
