@@ -461,9 +461,9 @@ type Shard<P> = Mutex<Leases<P>>;
 /// replicas no fixed or sliding window admits more than its limit, and GCRA
 /// admissions conform to the rate and burst as if each had reached the
 /// shared store when it was admitted. The lease's clock must run no faster
-/// than the shared store's. A batch is admitted locally only when every one of its checks
-/// fits its lease, under all their leases' locks; otherwise the shared
-/// backend decides it as one atomic batch.
+/// than the shared store's. A batch is admitted locally only when every one
+/// of its checks fits its lease, under all their leases' locks; otherwise
+/// the shared backend decides it as one atomic batch.
 ///
 /// # What it costs: bounded under-admission
 ///
@@ -493,10 +493,10 @@ type Shard<P> = Mutex<Leases<P>>;
 /// lease it was admitted from, while that lease still holds, and nothing
 /// afterwards (for GCRA, only while the lease has admitted nothing since, as
 /// the shared stores credit only a subject's latest admission); one of a
-/// check the shared store decided goes to the shared store. A reset drops this replica's lease and resets the shared counter;
-/// other replicas' leases survive it, so after a reset up to `(replicas - 1)
-/// × max_grant` units may still be admitted that the reset counter does not
-/// count.
+/// check the shared store decided goes to the shared store. A reset drops
+/// this replica's lease and resets the shared counter; other replicas'
+/// leases survive it, so after a reset up to `(replicas - 1) × max_grant`
+/// units may still be admitted that the reset counter does not count.
 ///
 /// Shadow-mode policies are passed to the shared store unleased. A batch is
 /// admitted locally only from leases its keys' single checks took.

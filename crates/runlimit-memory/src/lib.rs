@@ -104,12 +104,13 @@
 //! * **Refund, settle, grant, peek and reset** ([`runlimit_core::Lifecycle`],
 //!   [`runlimit_core::Settle`] and [`runlimit_core::Grant`], also as inherent
 //!   [`Store::admit`], [`Store::refund`], [`Store::settle`],
-//!   [`Store::grant`], [`Store::peek`] and [`Store::reset`]) hold the shard only for reading and lock the key's
-//!   entry, like a check. Each entry carries a 32-bit version (drawn afresh for
-//!   a new key, changed by a reset and by refunds that void other receipts), so
-//!   a receipt credits only the state it was issued for. A reset leaves the
-//!   entry in place as an expired one, reclaimed by bounded cleanup when the
-//!   deadline it had passes; a peek never stores a key.
+//!   [`Store::grant`], [`Store::peek`] and [`Store::reset`]) hold the shard
+//!   only for reading and lock the key's entry, like a check. Each entry
+//!   carries a 32-bit version (drawn afresh for a new key, changed by a reset
+//!   and by refunds that void other receipts), so a receipt credits only the
+//!   state it was issued for. A reset leaves the entry in place as an expired
+//!   one, reclaimed by bounded cleanup once its deadline has passed and a new
+//!   key needs its room; a peek never stores a key.
 //! * **Observers** run after locks are released; their panics are caught, and
 //!   without an observer no clock is read for timing.
 //!

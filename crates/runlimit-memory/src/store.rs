@@ -775,7 +775,8 @@ impl<A: Algorithm> Store<A> {
     /// Forgets `subject`'s counter for `policy` and returns whether a live
     /// counter existed; receipts issued before credit nothing afterwards. See
     /// [`Lifecycle::reset`]. The entry's slot is reclaimed by bounded
-    /// cleanup once the deadline it had would have passed.
+    /// cleanup once the deadline it had would have passed and a new key
+    /// needs the room.
     ///
     /// # Errors
     ///
