@@ -49,16 +49,16 @@
 //!   is denied with [`Denial::StorageCapacity`](runlimit_core::Denial), carrying
 //!   the earliest known time an entry may expire when the store knows one. Such
 //!   denials fail closed even for shadow policies.
-//! * **Bounded cleanup.** When a new key finds its shard full, the check
-//!   removes at most [`cleanup_per_check`](MemoryStoreConfig::cleanup_per_check)
-//!   expired entries from the shard (a batch gets that allowance once per
-//!   check on the shard) before storing it. A fixed-window entry expires at its
-//!   anchored deadline; a sliding-window entry once nothing in its window
-//!   still counts; a GCRA entry when its full burst has replenished. Until
-//!   removed, an expired entry behaves exactly like an absent key, and a
-//!   check of its key updates it in place: a key checked again after it
-//!   replenished (most production keys) is not forgotten and stored again
-//!   while its shard has room.
+//! * **Bounded cleanup.** When a new key is stored in a shard at least half
+//!   full, the check first removes at most
+//!   [`cleanup_per_check`](MemoryStoreConfig::cleanup_per_check) expired
+//!   entries from the shard (a batch gets that allowance once per check on
+//!   the shard). A fixed-window entry expires at its anchored deadline; a
+//!   sliding-window entry once nothing in its window still counts; a GCRA
+//!   entry when its full burst has replenished. Until removed, an expired
+//!   entry behaves exactly like an absent key, and a check of its key updates
+//!   it in place: below half full, a key checked again after it replenished
+//!   (most production keys) is not forgotten and stored again.
 //! * **Fixed windows are anchored.** The first allowed check for a key starts its
 //!   window; later checks use that anchor until the whole window has elapsed.
 //!   Durations are exact at evaluation time.
@@ -87,12 +87,12 @@
 //!   threads denied on one hot key share its line only for reading.
 //!   Cleanup, and batches with a key not yet stored, hold the shard
 //!   exclusively; a batch of stored keys locks its entries. A new key is
-//!   stored holding the shard only for reading when the shard has room: it
-//!   is staged beside the table (at
-//!   most eight per shard) and merged in by the next operation that holds the
-//!   shard exclusively, so a flood of new keys takes the shard's exclusive
-//!   lock once per eight keys; otherwise storing it holds the shard
-//!   exclusively. Either way the check decides, stores and cleans up exactly
+//!   stored holding the shard only for reading when the shard has room and,
+//!   if it is half full, nothing on it may be due for cleanup: it is staged
+//!   beside the table (at most eight per shard) and merged in by the next
+//!   operation that holds the shard exclusively, so a flood of new keys
+//!   takes the shard's exclusive lock once per eight keys; otherwise storing
+//!   it holds the shard exclusively. Either way the check decides, stores and cleans up exactly
 //!   as the other would.
 //! * **Poisoning.** If code panics while a shard lock is held (for example an
 //!   injected clock), that shard stays poisoned: every later operation touching
@@ -109,8 +109,8 @@
 //!   carries a 32-bit version (drawn afresh for a new key, changed by a reset
 //!   and by refunds that void other receipts), so a receipt credits only the
 //!   state it was issued for. A reset leaves the entry in place as an expired
-//!   one, reclaimed by bounded cleanup once its deadline has passed and a new
-//!   key needs its room; a peek never stores a key.
+//!   one, reclaimed by bounded cleanup once its deadline has passed; a peek
+//!   never stores a key.
 //! * **Observers** run after locks are released; their panics are caught, and
 //!   without an observer no clock is read for timing.
 //!

@@ -297,10 +297,11 @@ impl<A: Algorithm> Store<A> {
 
     /// Checks a key its shard does not store, holding the shard for reading,
     /// and stages it beside the table if allowed. `None` when the exclusive
-    /// path must decide instead: the key is staged already, or the shard has
-    /// no room for it (see
-    /// [`StagingGuard::accepts`](crate::table::StagingGuard::accepts)), so a
-    /// staged check decides and stores exactly what the exclusive path would.
+    /// path must decide instead: the key is staged already, the shard has no
+    /// room for it, or it is half full and something may be due for cleanup
+    /// (see [`StagingGuard::accepts`](crate::table::StagingGuard::accepts)),
+    /// so a staged check decides and stores exactly what the exclusive path
+    /// would.
     #[inline(never)]
     fn check_staged(
         &self,
@@ -314,7 +315,7 @@ impl<A: Algorithm> Store<A> {
         let clock_now = self.now_nanos();
         let mut staging = table.staging();
         let now = shard.advance(clock_now);
-        if !staging.accepts(key) {
+        if !staging.accepts(key, now) {
             return None;
         }
         let policy = check.policy();
@@ -358,10 +359,10 @@ impl<A: Algorithm> Store<A> {
                         (A::decision(policy, admitted), Some(A::stamp(&next)))
                     }
                     None => {
-                        // Expired entries stay until a new key needs their
-                        // room: a key checked again finds its entry and
-                        // updates it in place.
-                        if table.headroom() == 0 {
+                        // Below half full, expired entries stay: a key
+                        // checked again finds its entry and updates it in
+                        // place.
+                        if table.cleans_on_insert() {
                             self.clean(
                                 &mut table,
                                 self.config.cleanup_per_check(),
@@ -515,8 +516,8 @@ impl<A: Algorithm> Store<A> {
             }
         }
 
-        // Room for new keys: when a shard lacks it, each check brings the
-        // shard one cleanup allowance.
+        // Room for new keys: on a shard half full or short of room, each
+        // check brings the shard one cleanup allowance.
         for (position, &shard_index) in shard_indices.iter().enumerate() {
             let new_keys = items
                 .iter()
@@ -537,7 +538,7 @@ impl<A: Algorithm> Store<A> {
                 .filter(|item| item.shard == shard_index)
                 .count();
             let table = &mut guards[position];
-            if table.headroom() < new_keys {
+            if table.headroom() < new_keys || table.cleans_on_insert() {
                 self.clean(
                     table,
                     self.config.cleanup_per_check() * on_shard,
@@ -775,8 +776,8 @@ impl<A: Algorithm> Store<A> {
     /// Forgets `subject`'s counter for `policy` and returns whether a live
     /// counter existed; receipts issued before credit nothing afterwards. See
     /// [`Lifecycle::reset`]. The entry's slot is reclaimed by bounded
-    /// cleanup once the deadline it had would have passed and a new key
-    /// needs the room.
+    /// cleanup once the deadline it had would have passed, when the shard
+    /// is at least half full.
     ///
     /// # Errors
     ///

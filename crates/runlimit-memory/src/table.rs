@@ -322,6 +322,8 @@ pub(crate) const STAGED_KEYS: usize = 8;
 /// path, which merges it first, so a hot new key is staged for one check.
 struct Staging<S> {
     keys: Vec<(StoreKey, S)>,
+    /// The earliest deadline of a staged key (`u64::MAX` when none is).
+    earliest: u64,
     /// Counts inserts, staged or not; a new key's version is drawn from it.
     inserts: u32,
 }
@@ -350,15 +352,24 @@ pub(crate) struct StagingGuard<'a, S: Packed> {
 }
 
 impl<S: Packed> StagingGuard<'_, S> {
-    /// Whether a new `key` may be staged, doing exactly what the exclusive
-    /// path would: it is not staged already (a second operation on a staged
-    /// key merges it) and there is room for it (so the exclusive path would
-    /// not clean up either).
+    /// Whether a new `key` may be staged at `now`, doing exactly what the
+    /// exclusive path would: it is not staged already (a second operation on
+    /// a staged key merges it), there is room for it, and either the shard is
+    /// less than half full or no stored or staged key may have expired (the
+    /// exclusive path would spend its cleanup allowance on those first).
     #[inline]
-    pub(crate) fn accepts(&self, key: &StoreKey) -> bool {
+    pub(crate) fn accepts(&self, key: &StoreKey, now: u64) -> bool {
         let staged = &self.staging.keys;
+        let stored = self.table.entries.len() + staged.len();
         staged.len() < STAGED_KEYS
-            && self.table.entries.len() + staged.len() < self.table.capacity
+            && stored < self.table.capacity
+            && (!cleans_at(stored, self.table.capacity)
+                || (self.staging.earliest > now
+                    && self
+                        .table
+                        .expiry
+                        .peek()
+                        .is_none_or(|&Reverse((bound, _))| bound > now)))
             && !staged.iter().any(|(staged, _)| staged == key)
     }
 
@@ -367,6 +378,7 @@ impl<S: Packed> StagingGuard<'_, S> {
     #[inline]
     pub(crate) fn stage(&mut self, key: StoreKey, state: S) -> S {
         let state = self.staging.versioned(state);
+        self.staging.earliest = self.staging.earliest.min((self.table.deadline)(&state));
         self.staging.keys.push((key, state));
         state
     }
@@ -378,6 +390,12 @@ impl<S: Packed> StagingGuard<'_, S> {
 /// before carries (a receipt's version is its entry's version at admission,
 /// plus the few invalidations since).
 const VERSION_STEP: u32 = 0x9E37_79B9;
+
+/// Whether a shard holding `stored` of `capacity` keys cleans up before it
+/// stores another: from half full on.
+fn cleans_at(stored: usize, capacity: usize) -> bool {
+    stored.saturating_mul(2) >= capacity
+}
 
 fn slot_id(bucket: usize) -> SlotId {
     // A shard holds at most MAX_KEYS (2^31) keys, so its table has at most 2^32
@@ -396,6 +414,7 @@ impl<S: Packed> Table<S> {
             deadline,
             staging: CachePadded::new(Mutex::new(Staging {
                 keys: Vec::with_capacity(STAGED_KEYS),
+                earliest: u64::MAX,
                 inserts: 0,
             })),
         }
@@ -408,6 +427,15 @@ impl<S: Packed> Table<S> {
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Whether storing a new key first removes expired entries: from half
+    /// full on. Below that a key whose state expired stays, and a check of it
+    /// updates it in place (most GCRA keys replenish between checks), while
+    /// the cleanup from half full on keeps the expiry heap's bounds fresh by
+    /// the time the shard fills.
+    pub(crate) fn cleans_on_insert(&self) -> bool {
+        cleans_at(self.len(), self.capacity)
     }
 
     pub(crate) fn headroom(&self) -> usize {
@@ -451,6 +479,7 @@ impl<S: Packed> Table<S> {
         if staging.keys.is_empty() {
             return;
         }
+        staging.earliest = u64::MAX;
         let mut staged = std::mem::take(&mut staging.keys);
         for (key, state) in staged.drain(..) {
             self.store(key, state);
@@ -594,6 +623,7 @@ impl<S: Packed> Table<S> {
         self.expiry.clear();
         let staging = self.staging_mut();
         staging.keys.clear();
+        staging.earliest = u64::MAX;
     }
 }
 

@@ -197,52 +197,53 @@ fn each_check_removes_at_most_its_cleanup_allowance() {
     }
     clock.advance(Duration::from_secs(1));
     store.check(&Check::new(&policy, key(100))).expect("ok");
-    // The store was full: three expired entries removed, one new key stored.
+    // Three expired entries removed, one new key inserted.
     assert_eq!(store.stats().entries, 8);
-    // With room, a new key removes nothing.
     store.check(&Check::new(&policy, key(101))).expect("ok");
-    assert_eq!(store.stats().entries, 9);
+    assert_eq!(store.stats().entries, 6);
     // Existing keys need no room and remove nothing.
     store.check(&Check::new(&policy, key(100))).expect("ok");
-    assert_eq!(store.stats().entries, 9);
+    assert_eq!(store.stats().entries, 6);
 
-    // A batch short of room gets one allowance per check on the shard:
-    // 2 checks × 3, six of the seven expired entries, and stores its two keys.
+    // A batch gets one allowance per check on the shard: 2 checks × 3.
     let batch = [Check::new(&policy, key(200)), Check::new(&policy, key(201))];
     assert!(store.check_all(&batch).expect("ok").is_allowed());
-    assert_eq!(store.stats().entries, 5, "6 expired removed, 2 inserted");
+    assert_eq!(
+        store.stats().entries,
+        4,
+        "4 expired removed (all there were), 2 inserted"
+    );
 }
 
 #[test]
-fn expired_entries_stay_until_a_new_key_needs_their_room() {
+fn below_half_full_expired_entries_stay_and_are_updated_in_place() {
     let clock = ManualClock::new();
     let store = store(10, &clock);
     let policy = policy(1, Duration::from_secs(1));
     store.check(&Check::new(&policy, key(0))).expect("ok");
     store.check(&Check::new(&policy, key(1))).expect("ok");
     clock.advance(Duration::from_secs(1));
-    // Room for the new key: the expired entries stay...
+    // Below half full, a new key removes nothing: the expired entries stay...
     store.check(&Check::new(&policy, key(2))).expect("ok");
     assert_eq!(store.stats().entries, 3);
     // ...and a key checked again is updated in place, as a fresh window.
     let again = store.check(&Check::new(&policy, key(0))).expect("ok");
     assert_eq!(again.remaining(), Some(0));
     assert_eq!(store.stats().entries, 3);
-    for n in 3..10 {
-        store.check(&Check::new(&policy, key(n))).expect("ok");
-    }
-    assert_eq!(store.stats().entries, 10);
-    // Full: the next new key takes the expired entry's room...
+    store.check(&Check::new(&policy, key(3))).expect("ok");
+    store.check(&Check::new(&policy, key(4))).expect("ok");
+    assert_eq!(store.stats().entries, 5);
+    // Half full: the next new key first removes the entry that expired (key
+    // 0's was renewed in place and stays).
+    store.check(&Check::new(&policy, key(5))).expect("ok");
+    assert_eq!(store.stats().entries, 5);
     assert!(
         store
-            .check(&Check::new(&policy, key(10)))
+            .peek(&Check::new(&policy, key(0)))
             .expect("ok")
-            .is_allowed()
+            .is_denied(),
+        "the renewed key kept its window, spent"
     );
-    assert_eq!(store.stats().entries, 10);
-    // ...and with every entry live, a new key is denied for capacity.
-    let denied = store.check(&Check::new(&policy, key(11))).expect("ok");
-    assert!(denied.denial().is_some_and(Denial::is_storage_capacity));
 }
 
 #[test]
