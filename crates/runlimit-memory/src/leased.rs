@@ -460,10 +460,13 @@ type Shard<P> = Mutex<Leases<P>>;
 /// shared state that granted it still counts it ([`Leasable`]): so across all
 /// replicas no fixed or sliding window admits more than its limit, and GCRA
 /// admissions conform to the rate and burst as if each had reached the
-/// shared store when it was admitted. The lease's clock must run no faster
-/// than the shared store's. A batch is admitted locally only when every one
-/// of its checks fits its lease, under all their leases' locks; otherwise
-/// the shared backend decides it as one atomic batch.
+/// shared store when it was admitted. The lease's clock must run no slower
+/// than the shared store's: a slow one would keep units past the end of what
+/// granted them (system clocks tick at the same rate; an offset between them
+/// does not matter, since a lease only measures elapsed time). A batch is
+/// admitted locally only when every one of its checks fits its lease, under
+/// all their leases' locks; otherwise the shared backend decides it as one
+/// atomic batch.
 ///
 /// # What it costs: bounded under-admission
 ///
@@ -610,9 +613,9 @@ impl<S: Limiter> Leased<S> {
 
 /// How a check reaches the shared store when no lease serves it.
 enum Plan {
-    /// Take a grant of at most `size` units for the rest of the check
-    /// (`need` units), holding the key's lease until it lands.
-    Grant { need: u64, size: u64, sent: u64 },
+    /// Take a grant of the check's cost and at most `size` units, holding
+    /// the key's lease until it lands.
+    Grant { size: u64, sent: u64 },
     /// Admit the check at the shared store for its cost alone.
     Direct,
 }
@@ -655,8 +658,9 @@ where
     S::Policy: Leasable,
 {
     /// Measures lease lifetimes and idleness on `clock` instead of the
-    /// system's, for tests that must never sleep. It must run no faster than
-    /// the shared store's clock.
+    /// system's, for tests that must never sleep. It must run no slower than
+    /// the shared store's clock: a lease measures how long its units stay
+    /// spendable on it.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.clock = StoreClock::injected(clock);
@@ -789,7 +793,12 @@ where
             lease.piece = None;
             lease.unspent = 0;
         }
-        let need = cost - lease.unspent;
+        // The grant covers the whole cost. What the lease still holds (fewer
+        // units than the cost) stays spendable by other checks while the
+        // grant is in flight, and is dropped when it lands: units checked
+        // here could no longer be spendable by then (a window ended, a GCRA
+        // increment began), and units another check spends meanwhile must
+        // not count twice.
         let quick = now.saturating_sub(lease.granted_at) < nanos(self.config.grow_within);
         let grown = if lease.granted_at > 0 && quick {
             lease.size.saturating_mul(2)
@@ -807,33 +816,27 @@ where
             } else {
                 u64::MAX
             })
-            .max(need);
+            .max(cost);
         lease.granting = true;
-        Err(Plan::Grant {
-            need,
-            size,
-            sent: now,
-        })
+        Err(Plan::Grant { size, sent: now })
     }
 
-    /// Takes a grant for `check` and admits it from the grant (and what its
-    /// lease still held).
+    /// Takes a grant for `check` and admits it from the grant.
     async fn admit_granted(
         &self,
         check: &Check<'_, S::Policy>,
-        need: u64,
         size: u64,
         sent: u64,
     ) -> Result<(Decision, Stamp), LeasedError<S::Error>> {
         let policy = check.policy();
-        let rest = weighted(policy, *check.subject(), need);
+        let need = check.cost();
         let key = check.counter_key();
         let mut in_flight = InFlight {
             shard: self.shard(&key),
             key,
             landed: false,
         };
-        let granted = self.shared.grant(&rest, size).await;
+        let granted = self.shared.grant(check, size).await;
         self.grants.fetch_add(1, Ordering::Relaxed);
         in_flight.landed = true;
         let mut leases = lock(in_flight.shard);
@@ -851,7 +854,8 @@ where
             return Ok((decision, Stamp::new([u64::MAX, 0, 0])));
         };
         self.units_granted.fetch_add(units, Ordering::Relaxed);
-        // The units the lease still held went to this check with the rest.
+        // The new grant replaces what the lease held: fewer units than one
+        // check's cost, counted at the shared store until they expire.
         lease.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         lease.piece = Some((receipt, units));
         lease.unspent = units - need;
@@ -935,13 +939,13 @@ where
                     with_receipt.then(|| local_receipt(&[(check, stamp)])),
                 ))
             }
-            Err(Plan::Grant { need, size, sent }) if size == check.cost() && need == size => {
+            Err(Plan::Grant { size, sent }) if size == check.cost() => {
                 // A grant of exactly the check's cost leaves nothing to hold:
                 // the shared store's own admission is the cheaper statement.
                 self.admit_exactly(check, sent, with_receipt).await
             }
-            Err(Plan::Grant { need, size, sent }) => {
-                let (decision, stamp) = self.admit_granted(check, need, size, sent).await?;
+            Err(Plan::Grant { size, sent }) => {
+                let (decision, stamp) = self.admit_granted(check, size, sent).await?;
                 let receipt =
                     (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
                         .then(|| local_receipt(&[(check, stamp)]));

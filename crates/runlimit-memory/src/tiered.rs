@@ -31,7 +31,9 @@ type Split<'a, P> = (SmallVec<[Check<'a, P>; 4]>, SmallVec<[usize; 4]>);
 /// * When the shared backend denies, or fails, the gate's consumption is
 ///   refunded: a denied request consumes nothing anywhere. (If that refund
 ///   itself fails, the gate keeps the charge: the error is the shared
-///   backend's, and the gate errs on the side of denying.)
+///   backend's, and the gate errs on the side of denying. A GCRA gate's
+///   refund credits nothing when another admission of the same key came in
+///   between, as every GCRA refund; the gate then keeps the charge too.)
 /// * Batches follow the rules of a single backend: all-or-nothing, input
 ///   order kept, duplicate keys, mixed quota modes and empty or oversized
 ///   batches refused before anything is consumed. A gate denial is reported

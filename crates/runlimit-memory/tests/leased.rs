@@ -2,13 +2,20 @@
 //! consumed first, never more than the limit, under-admitting by at most
 //! what other replicas hold.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use proptest::prelude::*;
 use runlimit_conformance::Shared;
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, Receipt, ScopeId,
-    SlidingWindowPolicy, SubjectKey,
+    Admission, BatchDecision, Check, Decision, FixedWindowPolicy, GcraPolicy, Grant, Granted,
+    Lifecycle, Limiter, PolicyId, Receipt, Refunded, ScopeId, Settle, SlidingWindowPolicy,
+    SubjectKey,
 };
 use runlimit_memory::{
     GcraStore, LeaseConfig, Leased, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore,
@@ -149,6 +156,137 @@ async fn dropping_a_leased_limiter_gives_its_unspent_units_back() {
         tokio::task::yield_now().await;
     }
     assert_eq!(used_at_shared(&store, &policy, 12), 100);
+}
+
+/// A shared store whose grants wait at a gate: a grant in flight, held
+/// there while other checks run.
+struct Gated {
+    inner: Shared<MemoryStore>,
+    waiting: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
+}
+
+impl Limiter for Gated {
+    type Policy = FixedWindowPolicy;
+    type Error = runlimit_memory::MemoryStoreError;
+
+    async fn check(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        self.inner.check(check).await
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<BatchDecision, Self::Error> {
+        self.inner.check_all(checks).await
+    }
+}
+
+impl Lifecycle for Gated {
+    async fn admit(&self, check: &Check<'_, Self::Policy>) -> Result<Admission, Self::Error> {
+        self.inner.admit(check).await
+    }
+
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+    ) -> Result<Admission<BatchDecision>, Self::Error> {
+        self.inner.admit_all(checks).await
+    }
+
+    async fn refund(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+    ) -> Result<Refunded, Self::Error> {
+        self.inner.refund(checks, receipt).await
+    }
+
+    async fn peek(&self, check: &Check<'_, Self::Policy>) -> Result<Decision, Self::Error> {
+        self.inner.peek(check).await
+    }
+
+    async fn reset(
+        &self,
+        policy: &Self::Policy,
+        subject: &SubjectKey,
+    ) -> Result<bool, Self::Error> {
+        self.inner.reset(policy, subject).await
+    }
+}
+
+impl Settle for Gated {
+    async fn settle(
+        &self,
+        checks: &[Check<'_, Self::Policy>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, Self::Error> {
+        self.inner.settle(checks, receipt, used).await
+    }
+}
+
+impl Grant for Gated {
+    async fn grant(
+        &self,
+        check: &Check<'_, Self::Policy>,
+        up_to: u64,
+    ) -> Result<Granted, Self::Error> {
+        self.waiting.store(true, Ordering::SeqCst);
+        while !self.open.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        self.inner.grant(check, up_to).await
+    }
+}
+
+/// While a check waits for a grant, the units its lease still held are
+/// spent by another check; the grant then replaces them, so nothing is
+/// admitted twice: the shared store counts exactly what was admitted and
+/// what the lease holds.
+#[tokio::test]
+async fn units_spent_while_a_grant_is_in_flight_count_once() {
+    let store = Arc::new(MemoryStore::new(store_config()));
+    let (waiting, open) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let gated = Gated {
+        inner: Shared(Arc::clone(&store)),
+        waiting: Arc::clone(&waiting),
+        open: Arc::clone(&open),
+    };
+    let config = lease_config(8).with_remaining_share(100).expect("valid");
+    let replica = Arc::new(Leased::new(gated, config));
+    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    let one = Check::new(&*policy, key(13));
+    // A cold check, then a grant of two: one unit held.
+    for _ in 0..2 {
+        assert!(replica.check(&one).await.expect("no error").is_allowed());
+    }
+    assert_eq!(replica.stats().units_held, 1);
+    // A check of two needs a grant, which waits at the gate...
+    open.store(false, Ordering::SeqCst);
+    waiting.store(false, Ordering::SeqCst);
+    let two = {
+        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
+        tokio::spawn(async move {
+            let two = Check::weighted(&*policy, key(13), 2).expect("valid");
+            replica.check(&two).await.expect("no error").is_allowed()
+        })
+    };
+    while !waiting.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    // ...while another check spends the held unit.
+    assert!(replica.check(&one).await.expect("no error").is_allowed());
+    open.store(true, Ordering::SeqCst);
+    assert!(two.await.expect("task"));
+    let admitted = 1 + 1 + 1 + 2;
+    assert_eq!(
+        used_at_shared(&store, &policy, 13),
+        admitted + replica.stats().units_held
+    );
 }
 
 #[tokio::test]
