@@ -9,21 +9,25 @@ local stored = {0, 0}
 -- One counter's check (not a grant): the common case, decided without the
 -- batch machinery. A live window's value keeps its expiry text and its key
 -- its TTL, so the write formats one small integer and computes no expiry.
+-- Returns nil, changing nothing, for a state that is not exactly two
+-- integers (the general path below decides those).
 local function admit_one(key, limit, window, cost)
     local state = redis.call('GET', key)
     if state then
         local colon = find(state, ':', 1, true)
-        if colon then
-            local used, expires = tonumber(sub(state, 1, colon - 1)), tonumber(sub(state, colon + 1))
-            if used and expires and expires > now then
-                if used + cost > tonumber(limit) then
-                    return {1, used, expires, now}
-                end
-                used = used + cost
-                -- `used` is at most 1e9: '..' writes it as an integer.
-                redis.call('SET', key, used .. sub(state, colon), 'KEEPTTL')
-                return {0, used, expires, now}
+        local used = colon and tonumber(sub(state, 1, colon - 1))
+        local expires = colon and tonumber(sub(state, colon + 1))
+        if not (used and expires) then
+            return nil
+        end
+        if expires > now then
+            if used + cost > tonumber(limit) then
+                return {1, used, expires, now}
             end
+            used = used + cost
+            -- `used` is at most 1e9: '..' writes it as an integer.
+            redis.call('SET', key, used .. sub(state, colon), 'KEEPTTL')
+            return {0, used, expires, now}
         end
     end
     local expires = now + tonumber(window)
@@ -36,7 +40,10 @@ end
 
 local function admit(k, n, a)
     if n == 1 and not probing and not granting then
-        return admit_one(KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]))
+        local reply = admit_one(KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]))
+        if reply then
+            return reply
+        end
     end
     local reply = n == 1 and {0, 0, 0, 0} or {}
     all_or_nothing(n, function(i)

@@ -36,7 +36,8 @@
 //! Redis's own clock with `TIME`, decide every check first, and write only when
 //! all are allowed, so a denied or failed batch consumes nothing. The
 //! scripts of the three algorithms share one prelude for the clock, state
-//! fields, expiring writes and that batch rule.
+//! fields, expiring writes and that batch rule. The scripts need Redis 6.0 or
+//! later (`SET … KEEPTTL`); tests and benchmarks run on Redis 7.0.
 //!
 //! # Coalescing
 //!
