@@ -9,6 +9,8 @@
 //! * [`legacy`]: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
 //!   and `Retry-After`, for clients that expect the older de-facto shape.
 //! * [`problem`]: an RFC 9457 problem-details body for quota denials.
+//! * [`read`]: the client's side, reading those fields (and gRPC's pushback)
+//!   from a response, for services that call rate-limited APIs.
 //!
 //! Nothing here chooses a status code or a body, or decides which policies an
 //! application discloses; every value is validated when it is built, so encoding
@@ -20,5 +22,6 @@ pub mod draft_11;
 mod error;
 pub mod legacy;
 pub mod problem;
+pub mod read;
 
 pub use error::FieldError;

@@ -1,0 +1,323 @@
+//! Reading the fields servers send: our own fields read back, header sets as
+//! real APIs document them, malformed and hostile values.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use proptest::prelude::*;
+use runlimit_http::{
+    draft_11::{PolicyName, QuotaPolicy, QuotaStatus, policy_field, status_field},
+    read::{self, Pushback, ReadError, Reset},
+};
+
+fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in fields {
+        map.append(*name, HeaderValue::from_static(value));
+    }
+    map
+}
+
+#[test]
+fn our_own_fields_read_back_as_sent() {
+    let client = PolicyName::new("auth.login/client").expect("valid");
+    let identity = PolicyName::new("auth.login/identity").expect("valid");
+    let (_, policy) = policy_field(&[
+        QuotaPolicy::new(client.clone(), 40, Duration::from_secs(60)).expect("valid"),
+        QuotaPolicy::new(identity.clone(), 8, Duration::from_secs(60)).expect("valid"),
+    ])
+    .expect("encodes");
+    let (_, status) = status_field(&[
+        QuotaStatus::new(client, 39, Duration::from_millis(59_001)).expect("valid"),
+        QuotaStatus::new(identity, 7, Duration::from_secs(60)).expect("valid"),
+    ])
+    .expect("encodes");
+    let mut map = HeaderMap::new();
+    map.insert("ratelimit-policy", policy);
+    map.insert("ratelimit", status);
+
+    let policies = read::policies(&map).expect("reads");
+    assert_eq!(policies.skipped(), 0);
+    let read: Vec<_> = policies
+        .members()
+        .iter()
+        .map(|p| (p.name(), p.quota(), p.window()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("auth.login/client", 40, Some(Duration::from_secs(60))),
+            ("auth.login/identity", 8, Some(Duration::from_secs(60))),
+        ]
+    );
+    let statuses = read::statuses(&map).expect("reads");
+    let read: Vec<_> = statuses
+        .members()
+        .iter()
+        .map(|s| (s.name(), s.remaining(), s.reset()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("auth.login/client", 39, Some(Duration::from_secs(60))),
+            ("auth.login/identity", 7, Some(Duration::from_secs(60))),
+        ]
+    );
+}
+
+/// The examples of draft-ietf-httpapi-ratelimit-headers: several policies,
+/// a quota unit, a partition key, and several field lines as one List.
+#[test]
+fn the_drafts_examples_read_as_documented() {
+    let map = headers(&[
+        (
+            "ratelimit-policy",
+            r#""burst";q=100;w=60,"daily";q=1000;w=86400"#,
+        ),
+        (
+            "ratelimit-policy",
+            r#""bytes";q=65535;qu="content-bytes";w=10;pk=:cHJvamVjdDEyMw==:"#,
+        ),
+        ("ratelimit", r#""default";r=50;t=30"#),
+    ]);
+    let policies = read::policies(&map).expect("reads");
+    assert_eq!(policies.members().len(), 3);
+    let daily = &policies.members()[1];
+    assert_eq!(
+        (daily.name(), daily.quota(), daily.window()),
+        ("daily", 1000, Some(Duration::from_secs(86_400)))
+    );
+    let bytes = &policies.members()[2];
+    assert_eq!(bytes.quota_unit(), Some("content-bytes"));
+    assert_eq!(bytes.partition_key(), Some(&b"project123"[..]));
+    let statuses = read::statuses(&map).expect("reads");
+    let status = &statuses.members()[0];
+    assert_eq!(
+        (status.name(), status.remaining(), status.reset()),
+        ("default", 50, Some(Duration::from_secs(30)))
+    );
+}
+
+#[test]
+fn invalid_members_are_skipped_and_unknown_parameters_ignored() {
+    let map = headers(&[(
+        "ratelimit",
+        concat!(
+            r#""ok";r=5;t=2;future=?1, "#,
+            r#""no-remaining";t=2, "#,
+            r#""negative";r=-1, "#,
+            r#""text";r="five", "#,
+            r#"("inner" "list");r=1, "#,
+            r#"7;r=1, "#,
+            r#"token;r=3, "#,
+            r#""bad-key";r=1;pk=text"#
+        ),
+    )]);
+    let statuses = read::statuses(&map).expect("reads");
+    let names: Vec<_> = statuses.members().iter().map(|s| s.name()).collect();
+    assert_eq!(names, ["ok", "token"]);
+    assert_eq!(statuses.skipped(), 6);
+}
+
+#[test]
+fn a_field_that_is_not_a_list_is_a_typed_error_and_absent_fields_read_empty() {
+    let map = headers(&[("ratelimit", r#""open;r=1"#)]);
+    assert_eq!(
+        read::statuses(&map),
+        Err(ReadError::Syntax { field: "RateLimit" })
+    );
+    assert!(read::policies(&map).expect("absent").is_empty());
+    let mut binary = HeaderMap::new();
+    binary.insert(
+        "ratelimit-policy",
+        HeaderValue::from_bytes(b"\"a\";q=1\xff").expect("a header value"),
+    );
+    assert_eq!(
+        read::policies(&binary),
+        Err(ReadError::NotText {
+            field: "RateLimit-Policy"
+        })
+    );
+}
+
+/// RFC 9110's own examples: delay-seconds and an IMF-fixdate.
+#[test]
+fn retry_after_reads_delay_seconds_and_http_dates() {
+    let now = UNIX_EPOCH + Duration::from_secs(1_445_412_000); // 2015-10-21 07:20:00 UTC
+    let map = headers(&[("retry-after", "120")]);
+    assert_eq!(
+        read::retry_after(&map, now),
+        Ok(Some(Duration::from_secs(120)))
+    );
+    let map = headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]);
+    assert_eq!(
+        read::retry_after(&map, now),
+        Ok(Some(Duration::from_secs(480)))
+    );
+    let later = now + Duration::from_secs(3_600);
+    assert_eq!(read::retry_after(&map, later), Ok(Some(Duration::ZERO)));
+    // The obsolete RFC 850 and asctime forms, which recipients must accept.
+    let map = headers(&[("retry-after", "Wednesday, 21-Oct-15 07:28:00 GMT")]);
+    assert_eq!(
+        read::retry_after(&map, now),
+        Ok(Some(Duration::from_secs(480)))
+    );
+    let map = headers(&[("retry-after", "Wed Oct 21 07:28:00 2015")]);
+    assert_eq!(
+        read::retry_after(&map, now),
+        Ok(Some(Duration::from_secs(480)))
+    );
+    assert_eq!(read::retry_after(&HeaderMap::new(), now), Ok(None));
+    for bad in ["-1", "1.5", "soon", "", "12 s"] {
+        let mut map = HeaderMap::new();
+        map.insert("retry-after", HeaderValue::from_str(bad).expect("value"));
+        assert_eq!(
+            read::retry_after(&map, now),
+            Err(ReadError::Malformed {
+                field: "Retry-After"
+            }),
+            "{bad:?}"
+        );
+    }
+    let map = headers(&[("retry-after", "1"), ("retry-after", "2")]);
+    assert_eq!(
+        read::retry_after(&map, now),
+        Err(ReadError::Conflicting {
+            field: "Retry-After"
+        })
+    );
+}
+
+/// GitHub's documented primary rate-limit headers: an epoch reset.
+#[test]
+fn githubs_fields_read_with_an_epoch_reset() {
+    let map = headers(&[
+        ("x-ratelimit-limit", "60"),
+        ("x-ratelimit-remaining", "56"),
+        ("x-ratelimit-used", "4"),
+        ("x-ratelimit-reset", "1372700873"),
+        ("x-ratelimit-resource", "core"),
+    ]);
+    let quota = read::legacy(&map).expect("reads");
+    assert_eq!(quota.limit, Some(60));
+    assert_eq!(quota.remaining, Some(56));
+    assert_eq!(quota.used, Some(4));
+    let reset_at = UNIX_EPOCH + Duration::from_secs(1_372_700_873);
+    assert_eq!(quota.reset, Some(Reset::At(reset_at)));
+    assert_eq!(
+        quota
+            .reset
+            .expect("sent")
+            .remaining_from(reset_at - Duration::from_secs(90)),
+        Duration::from_secs(90)
+    );
+}
+
+/// GitLab's documented headers (no `X-` prefix, an epoch reset) and a
+/// delta-seconds reset as many other APIs send it.
+#[test]
+fn gitlabs_fields_and_delta_resets_read_as_documented() {
+    let map = headers(&[
+        ("ratelimit-limit", "60"),
+        ("ratelimit-observed", "67"),
+        ("ratelimit-remaining", "0"),
+        ("ratelimit-reset", "1609844400"),
+        ("ratelimit-resettime", "Tue, 05 Jan 2021 11:00:00 GMT"),
+        ("retry-after", "3600"),
+    ]);
+    let quota = read::legacy(&map).expect("reads");
+    assert_eq!((quota.limit, quota.remaining), (Some(60), Some(0)));
+    assert_eq!(
+        quota.reset,
+        Some(Reset::At(UNIX_EPOCH + Duration::from_secs(1_609_844_400)))
+    );
+    assert_eq!(
+        read::retry_after(&map, SystemTime::now()),
+        Ok(Some(Duration::from_secs(3_600)))
+    );
+
+    let map = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "42")]);
+    let quota = read::legacy(&map).expect("reads");
+    assert_eq!(quota.reset, Some(Reset::After(Duration::from_secs(42))));
+    assert_eq!(quota.limit, None);
+    assert!(read::legacy(&HeaderMap::new()).expect("reads").is_empty());
+    // A reset this system's clock cannot hold is malformed, not a panic.
+    let map = headers(&[("x-ratelimit-reset", "99999999999999999999")]);
+    assert_eq!(
+        read::legacy(&map),
+        Err(ReadError::Malformed {
+            field: "x-ratelimit-reset"
+        })
+    );
+    let map = headers(&[("x-ratelimit-remaining", "-3")]);
+    assert_eq!(
+        read::legacy(&map),
+        Err(ReadError::Malformed {
+            field: "x-ratelimit-remaining"
+        })
+    );
+}
+
+#[test]
+fn grpc_pushback_reads_a_delay_or_do_not_retry() {
+    let map = headers(&[("grpc-retry-pushback-ms", "1500")]);
+    assert_eq!(
+        read::grpc_pushback(&map),
+        Ok(Some(Pushback::After(Duration::from_millis(1_500))))
+    );
+    let map = headers(&[("grpc-retry-pushback-ms", "-1")]);
+    assert_eq!(read::grpc_pushback(&map), Ok(Some(Pushback::DoNotRetry)));
+    assert_eq!(read::grpc_pushback(&HeaderMap::new()), Ok(None));
+    for bad in ["soon", "1.5", "-", ""] {
+        let mut map = HeaderMap::new();
+        map.insert(
+            "grpc-retry-pushback-ms",
+            HeaderValue::from_str(bad).expect("value"),
+        );
+        assert!(read::grpc_pushback(&map).is_err(), "{bad:?}");
+    }
+}
+
+/// A field value from any bytes a header may hold, with the shapes the
+/// readers look for mixed in.
+fn field_value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        "[ -~]{0,64}".prop_map(String::into_bytes),
+        r#"("[a-z]{0,4}"|[a-z]{1,4}|[0-9]{1,20})(;[a-z]{1,2}=(-?[0-9]{1,20}|"[a-z]*"|:[A-Za-z0-9+/=]*:|\?[01]))*"#
+            .prop_map(String::into_bytes),
+        "[0-9]{1,40}".prop_map(String::into_bytes),
+    ]
+}
+
+proptest! {
+    /// Whatever a server sends, every reader returns, never panics, and
+    /// reads the same value the same way.
+    #[test]
+    fn hostile_values_are_errors_or_skipped_members(
+        values in prop::collection::vec(field_value(), 1..4),
+        name in prop::sample::select(vec![
+            "ratelimit", "ratelimit-policy", "retry-after", "x-ratelimit-limit",
+            "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-used",
+            "ratelimit-reset", "grpc-retry-pushback-ms",
+        ]),
+        now_seconds in 0u64..4_000_000_000,
+    ) {
+        let mut map = HeaderMap::new();
+        for value in &values {
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                map.append(HeaderName::from_static(name), value);
+            }
+        }
+        let now = UNIX_EPOCH + Duration::from_secs(now_seconds);
+        let policies = read::policies(&map);
+        prop_assert_eq!(&policies, &read::policies(&map));
+        if let Ok(policies) = &policies {
+            prop_assert!(policies.members().iter().all(|p| p.window() != Some(Duration::ZERO)));
+        }
+        let _ = read::statuses(&map);
+        let _ = read::retry_after(&map, now);
+        let _ = read::legacy(&map);
+        let _ = read::grpc_pushback(&map);
+    }
+}
