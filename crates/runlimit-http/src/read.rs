@@ -5,11 +5,16 @@
 //! [`statuses`]), `Retry-After` ([`retry_after`]), the older
 //! `X-RateLimit-*` fields many APIs still send ([`legacy`]), and gRPC's
 //! `grpc-retry-pushback-ms` ([`grpc_pushback`]). These readers take a
-//! response's [`HeaderMap`] and never panic, whatever the server sent:
+//! response's [`HeaderMap`] and never panic, whatever the server sent, and
+//! where a value is unclear they read it the cautious way, so a client waits
+//! longer rather than sends early:
 //!
-//! * a field that is not valid at all (not text, not a Structured Field List,
-//!   not an integer or a date) is a typed [`ReadError`] naming the field, never
-//!   its value, which is the server's and may be hostile;
+//! * a draft field or `Retry-After` that is not valid at all (not text, not a
+//!   Structured Field List, not an integer or a date) is a typed
+//!   [`ReadError`] naming the field, never its value, which is the server's
+//!   and may be hostile; an unreadable legacy field is named in
+//!   [`LegacyQuota::malformed`], and an unreadable pushback means "do not
+//!   retry";
 //! * in the draft's Lists, a member that is not a policy or status (an inner
 //!   list, a missing or negative quota, a parameter of the wrong type) is
 //!   skipped and counted, and the rest are kept; unknown parameters are
@@ -122,7 +127,7 @@ impl AdvertisedPolicy {
         self.quota
     }
 
-    /// `w`: the window, when the server sent one.
+    /// `w`: the window, when the server sent one other than zero.
     #[must_use]
     pub fn window(&self) -> Option<Duration> {
         self.window
@@ -236,7 +241,12 @@ fn read_list<T>(
 ) -> Result<Members<T>, ReadError> {
     let mut lines = Vec::new();
     for value in headers.get_all(name) {
-        lines.push(value.to_str().map_err(|_| ReadError::NotText { field })?);
+        let line = value.to_str().map_err(|_| ReadError::NotText { field })?;
+        // An empty line adds no member (RFC 9110 5.6.1) and would otherwise
+        // leave an empty list member that fails the whole List.
+        if !line.trim().is_empty() {
+            lines.push(line);
+        }
     }
     let mut read = Members {
         members: Vec::new(),
@@ -286,7 +296,9 @@ fn partition_key(params: &Parameters) -> Option<Option<Vec<u8>>> {
 }
 
 /// Reads `Retry-After` as the time to wait from `now`: delay-seconds, or an
-/// HTTP-date (a date already past reads as zero). `None` when absent.
+/// HTTP-date (a date already past reads as zero). `None` when absent. Pass
+/// the server's time as `now` ([`server_date`], when the response has one):
+/// against the client's own clock, one running ahead would wait too little.
 ///
 /// # Errors
 ///
@@ -319,12 +331,21 @@ impl Reset {
     /// no epoch time is that early any more.
     pub const EPOCH_FROM: u64 = 1_000_000_000;
 
-    /// The time left from `now` (zero for a moment already past).
+    /// The time left from `now`, which should be the server's time (see
+    /// [`server_date`]). A moment already past is zero, unless it lies more
+    /// than a day before `now`: then the value was more likely a delay of 31
+    /// years or more than an epoch time, and it is read as that delay.
     #[must_use]
     pub fn remaining_from(&self, now: SystemTime) -> Duration {
         match *self {
             Self::After(after) => after,
-            Self::At(at) => at.duration_since(now).unwrap_or(Duration::ZERO),
+            Self::At(at) => match at.duration_since(now) {
+                Ok(left) => left,
+                Err(past) if past.duration() > Duration::from_secs(86_400) => {
+                    at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO)
+                }
+                Err(_) => Duration::ZERO,
+            },
         }
     }
 
@@ -342,7 +363,12 @@ impl Reset {
 
 /// The older quota fields: `X-RateLimit-Limit`, `-Remaining`, `-Reset` and
 /// `-Used`, or the same names without `X-` (GitLab's `RateLimit-Limit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Each field is read on its own: one that cannot be read is `None` and
+/// named in [`malformed`](Self::malformed), and the others are kept. A field
+/// sent on several lines (stacked limiters) reads as its most cautious
+/// value: the lowest limit and remaining, the highest used, the latest reset.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LegacyQuota {
     /// The units allowed per window.
@@ -350,10 +376,12 @@ pub struct LegacyQuota {
     /// The units left.
     pub remaining: Option<u64>,
     /// When the quota resets: delta-seconds or Unix epoch seconds, told apart
-    /// by size ([`Reset::EPOCH_FROM`]).
+    /// by size ([`Reset::EPOCH_FROM`]); fractions of a second round up.
     pub reset: Option<Reset>,
     /// The units used.
     pub used: Option<u64>,
+    /// The fields sent that could not be read.
+    pub malformed: Vec<&'static str>,
 }
 
 impl LegacyQuota {
@@ -364,47 +392,90 @@ impl LegacyQuota {
     }
 }
 
-/// Reads the older quota fields; each is `None` when absent.
-///
-/// # Errors
-///
-/// [`ReadError::Malformed`] when a field sent is not a non-negative integer;
-/// [`ReadError::Conflicting`] when one is sent several times with different
-/// values.
-pub fn legacy(headers: &HeaderMap) -> Result<LegacyQuota, ReadError> {
-    let integer = |prefixed: &'static str, bare: &'static str| -> Result<Option<u64>, ReadError> {
-        let (name, field) = if headers.contains_key(prefixed) {
-            (prefixed, prefixed)
+/// Reads the older quota fields; each is `None` when absent or unreadable.
+#[must_use]
+pub fn legacy(headers: &HeaderMap) -> LegacyQuota {
+    let mut quota = LegacyQuota::default();
+    let mut read = |prefixed: &'static str,
+                    bare: &'static str,
+                    parse: fn(&str) -> Option<u64>,
+                    cautious: fn(u64, u64) -> u64|
+     -> Option<u64> {
+        let field = if headers.contains_key(prefixed) {
+            prefixed
         } else {
-            (bare, bare)
+            bare
         };
-        let Some(value) = single(headers, &HeaderName::from_static(name), field)? else {
-            return Ok(None);
-        };
-        delta_seconds(value)
-            .map(Some)
-            .ok_or(ReadError::Malformed { field })
+        let mut value: Option<u64> = None;
+        for line in headers.get_all(field) {
+            let Some(parsed) = line.to_str().ok().and_then(|line| parse(line.trim())) else {
+                quota.malformed.push(field);
+                return None;
+            };
+            value = Some(value.map_or(parsed, |earlier| cautious(earlier, parsed)));
+        }
+        value
     };
-    Ok(LegacyQuota {
-        limit: integer("x-ratelimit-limit", "ratelimit-limit")?,
-        remaining: integer("x-ratelimit-remaining", "ratelimit-remaining")?,
-        reset: match integer("x-ratelimit-reset", "ratelimit-reset")? {
-            None => None,
-            Some(seconds) => Some(Reset::from_seconds(seconds).ok_or(ReadError::Malformed {
-                field: reset_field(headers),
-            })?),
-        },
-        used: integer("x-ratelimit-used", "ratelimit-used")?,
-    })
+    quota.limit = read(
+        "x-ratelimit-limit",
+        "ratelimit-limit",
+        delta_seconds,
+        u64::min,
+    );
+    quota.remaining = read(
+        "x-ratelimit-remaining",
+        "ratelimit-remaining",
+        delta_seconds,
+        u64::min,
+    );
+    quota.used = read(
+        "x-ratelimit-used",
+        "ratelimit-used",
+        delta_seconds,
+        u64::max,
+    );
+    let reset = read("x-ratelimit-reset", "ratelimit-reset", seconds_up, u64::max);
+    quota.reset = match reset.map(Reset::from_seconds) {
+        Some(None) => {
+            // A moment this system's clock cannot hold.
+            let field = if headers.contains_key("x-ratelimit-reset") {
+                "x-ratelimit-reset"
+            } else {
+                "ratelimit-reset"
+            };
+            quota.malformed.push(field);
+            None
+        }
+        Some(reset) => reset,
+        None => None,
+    };
+    quota
 }
 
-/// The name the reset was read under.
-fn reset_field(headers: &HeaderMap) -> &'static str {
-    if headers.contains_key("x-ratelimit-reset") {
-        "x-ratelimit-reset"
-    } else {
-        "ratelimit-reset"
+/// Seconds, with any fraction rounded up (Discord sends milliseconds as a
+/// decimal fraction).
+fn seconds_up(value: &str) -> Option<u64> {
+    match value.split_once('.') {
+        None => delta_seconds(value),
+        Some((whole, fraction)) => {
+            let whole = delta_seconds(whole)?;
+            if fraction.is_empty() || !fraction.bytes().all(|byte| byte.is_ascii_digit()) {
+                return None;
+            }
+            let up = u64::from(fraction.bytes().any(|digit| digit != b'0'));
+            Some(whole.saturating_add(up))
+        }
     }
+}
+
+/// The response's `Date`, the server's time when it answered: the `now` to
+/// measure an HTTP-date `Retry-After` or an epoch [`Reset`] against, so that
+/// a client whose clock runs ahead of the server's does not send early.
+/// `None` when absent or not an HTTP-date.
+#[must_use]
+pub fn server_date(headers: &HeaderMap) -> Option<SystemTime> {
+    let value = headers.get(http::header::DATE)?.to_str().ok()?;
+    httpdate::parse_http_date(value.trim()).ok()
 }
 
 /// What `grpc-retry-pushback-ms` asks of a client.
@@ -412,30 +483,32 @@ fn reset_field(headers: &HeaderMap) -> &'static str {
 pub enum Pushback {
     /// Retry no earlier than this.
     After(Duration),
-    /// Do not retry (a negative value).
+    /// Do not retry: a negative value, or one that is not a signed 32-bit
+    /// integer, as gRPC's retry design says.
     DoNotRetry,
 }
 
-/// Reads gRPC's `grpc-retry-pushback-ms` (a trailer; pass the trailers' map).
-/// `None` when absent.
+/// Reads gRPC's `grpc-retry-pushback-ms`. `None` when absent. Pass the
+/// trailers, and the headers too: a call that fails at once answers with
+/// headers only (Trailers-Only).
 ///
-/// # Errors
-///
-/// [`ReadError::Malformed`] when it is not an integer;
-/// [`ReadError::Conflicting`] when several lines disagree.
-pub fn grpc_pushback(metadata: &HeaderMap) -> Result<Option<Pushback>, ReadError> {
+/// A value that is not one signed 32-bit integer (unreadable, out of range,
+/// or several lines that disagree) means [`Pushback::DoNotRetry`], the
+/// cautious reading gRPC prescribes.
+#[must_use]
+pub fn grpc_pushback(metadata: &HeaderMap) -> Option<Pushback> {
     const FIELD: &str = "grpc-retry-pushback-ms";
-    let Some(value) = single(metadata, &HeaderName::from_static(FIELD), FIELD)? else {
-        return Ok(None);
+    let value = match single(metadata, &HeaderName::from_static(FIELD), FIELD) {
+        Ok(None) => return None,
+        Ok(Some(value)) => value,
+        Err(_) => return Some(Pushback::DoNotRetry),
     };
-    if let Some(rest) = value.strip_prefix('-') {
-        return delta_seconds(rest)
-            .map(|_| Some(Pushback::DoNotRetry))
-            .ok_or(ReadError::Malformed { field: FIELD });
-    }
-    delta_seconds(value)
-        .map(|millis| Some(Pushback::After(Duration::from_millis(millis))))
-        .ok_or(ReadError::Malformed { field: FIELD })
+    Some(match value.parse::<i32>() {
+        Ok(millis) if millis >= 0 => {
+            Pushback::After(Duration::from_millis(u64::from(millis.unsigned_abs())))
+        }
+        _ => Pushback::DoNotRetry,
+    })
 }
 
 /// The one value of `name` (trimmed), `None` when absent.

@@ -198,7 +198,8 @@ fn githubs_fields_read_with_an_epoch_reset() {
         ("x-ratelimit-reset", "1372700873"),
         ("x-ratelimit-resource", "core"),
     ]);
-    let quota = read::legacy(&map).expect("reads");
+    let quota = read::legacy(&map);
+    assert!(quota.malformed.is_empty());
     assert_eq!(quota.limit, Some(60));
     assert_eq!(quota.remaining, Some(56));
     assert_eq!(quota.used, Some(4));
@@ -225,7 +226,7 @@ fn gitlabs_fields_and_delta_resets_read_as_documented() {
         ("ratelimit-resettime", "Tue, 05 Jan 2021 11:00:00 GMT"),
         ("retry-after", "3600"),
     ]);
-    let quota = read::legacy(&map).expect("reads");
+    let quota = read::legacy(&map);
     assert_eq!((quota.limit, quota.remaining), (Some(60), Some(0)));
     assert_eq!(
         quota.reset,
@@ -236,26 +237,86 @@ fn gitlabs_fields_and_delta_resets_read_as_documented() {
         Ok(Some(Duration::from_secs(3_600)))
     );
 
+    // Delta-seconds, just below the epoch threshold and at it.
     let map = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "42")]);
-    let quota = read::legacy(&map).expect("reads");
+    let quota = read::legacy(&map);
     assert_eq!(quota.reset, Some(Reset::After(Duration::from_secs(42))));
     assert_eq!(quota.limit, None);
-    assert!(read::legacy(&HeaderMap::new()).expect("reads").is_empty());
-    // A reset this system's clock cannot hold is malformed, not a panic.
-    let map = headers(&[("x-ratelimit-reset", "99999999999999999999")]);
+    let map = headers(&[("ratelimit-reset", "999999999")]);
     assert_eq!(
-        read::legacy(&map),
-        Err(ReadError::Malformed {
-            field: "x-ratelimit-reset"
-        })
+        read::legacy(&map).reset,
+        Some(Reset::After(Duration::from_secs(999_999_999)))
     );
+    let map = headers(&[("ratelimit-reset", "1000000000")]);
+    assert_eq!(
+        read::legacy(&map).reset,
+        Some(Reset::At(UNIX_EPOCH + Duration::from_secs(1_000_000_000)))
+    );
+    assert!(read::legacy(&HeaderMap::new()).is_empty());
+}
+
+/// Discord's fractional epoch reset rounds up; stacked limiters' lines read
+/// as the most cautious value; an unreadable field is named and the rest
+/// kept; a reset the clock cannot hold is malformed, not a panic.
+#[test]
+fn legacy_fields_are_read_one_by_one_and_cautiously() {
+    let map = headers(&[
+        ("x-ratelimit-limit", "10"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "1470173023.123"),
+        ("x-ratelimit-reset-after", "1.2"),
+    ]);
+    let quota = read::legacy(&map);
+    assert_eq!(
+        quota.reset,
+        Some(Reset::At(UNIX_EPOCH + Duration::from_secs(1_470_173_024)))
+    );
+    let map = headers(&[
+        ("x-ratelimit-limit", "100"),
+        ("x-ratelimit-limit", "60"),
+        ("x-ratelimit-remaining", "40"),
+        ("x-ratelimit-remaining", "3"),
+        ("x-ratelimit-reset", "30"),
+        ("x-ratelimit-reset", "3600"),
+    ]);
+    let quota = read::legacy(&map);
+    assert_eq!((quota.limit, quota.remaining), (Some(60), Some(3)));
+    assert_eq!(quota.reset, Some(Reset::After(Duration::from_secs(3_600))));
+    let map = headers(&[
+        ("x-ratelimit-limit", "10, 10;w=1"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "99999999999999999999"),
+    ]);
+    let quota = read::legacy(&map);
+    assert_eq!((quota.limit, quota.remaining), (None, Some(0)));
+    assert_eq!(quota.reset, None);
+    assert_eq!(quota.malformed, ["x-ratelimit-limit", "x-ratelimit-reset"]);
     let map = headers(&[("x-ratelimit-remaining", "-3")]);
+    assert_eq!(read::legacy(&map).malformed, ["x-ratelimit-remaining"]);
+}
+
+/// An epoch reset is measured against the server's `Date`; one more than a
+/// day in the past is read as the long delay it more likely was.
+#[test]
+fn resets_are_measured_against_the_servers_date() {
+    let map = headers(&[
+        ("date", "Wed, 21 Oct 2015 07:28:00 GMT"),
+        ("x-ratelimit-reset", "1445412500"),
+    ]);
+    let server = read::server_date(&map).expect("a date");
+    assert_eq!(server, UNIX_EPOCH + Duration::from_secs(1_445_412_480));
+    let reset = read::legacy(&map).reset.expect("sent");
+    assert_eq!(reset.remaining_from(server), Duration::from_secs(20));
     assert_eq!(
-        read::legacy(&map),
-        Err(ReadError::Malformed {
-            field: "x-ratelimit-remaining"
-        })
+        reset.remaining_from(server + Duration::from_secs(60)),
+        Duration::ZERO
     );
+    let long_delay = Reset::At(UNIX_EPOCH + Duration::from_secs(1_200_000_000));
+    assert_eq!(
+        long_delay.remaining_from(server),
+        Duration::from_secs(1_200_000_000)
+    );
+    assert_eq!(read::server_date(&HeaderMap::new()), None);
 }
 
 #[test]
@@ -263,19 +324,40 @@ fn grpc_pushback_reads_a_delay_or_do_not_retry() {
     let map = headers(&[("grpc-retry-pushback-ms", "1500")]);
     assert_eq!(
         read::grpc_pushback(&map),
-        Ok(Some(Pushback::After(Duration::from_millis(1_500))))
+        Some(Pushback::After(Duration::from_millis(1_500)))
     );
-    let map = headers(&[("grpc-retry-pushback-ms", "-1")]);
-    assert_eq!(read::grpc_pushback(&map), Ok(Some(Pushback::DoNotRetry)));
-    assert_eq!(read::grpc_pushback(&HeaderMap::new()), Ok(None));
-    for bad in ["soon", "1.5", "-", ""] {
+    assert_eq!(read::grpc_pushback(&HeaderMap::new()), None);
+    // Negative, unreadable, beyond 32 bits, or disagreeing: do not retry.
+    for bad in ["-1", "soon", "1.5", "-", "", "99999999999"] {
         let mut map = HeaderMap::new();
         map.insert(
             "grpc-retry-pushback-ms",
             HeaderValue::from_str(bad).expect("value"),
         );
-        assert!(read::grpc_pushback(&map).is_err(), "{bad:?}");
+        assert_eq!(
+            read::grpc_pushback(&map),
+            Some(Pushback::DoNotRetry),
+            "{bad:?}"
+        );
     }
+    let map = headers(&[
+        ("grpc-retry-pushback-ms", "10"),
+        ("grpc-retry-pushback-ms", "20"),
+    ]);
+    assert_eq!(read::grpc_pushback(&map), Some(Pushback::DoNotRetry));
+}
+
+/// An empty field line adds no member.
+#[test]
+fn empty_field_lines_are_ignored() {
+    let map = headers(&[
+        ("ratelimit", ""),
+        ("ratelimit", r#""a";r=1"#),
+        ("ratelimit", " "),
+    ]);
+    let statuses = read::statuses(&map).expect("reads");
+    assert_eq!(statuses.members().len(), 1);
+    assert_eq!(statuses.skipped(), 0);
 }
 
 /// A field value from any bytes a header may hold, with the shapes the
@@ -291,33 +373,40 @@ fn field_value() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    /// Whatever a server sends, every reader returns, never panics, and
-    /// reads the same value the same way.
+    /// Whatever a server sends, in any of the fields, every reader returns
+    /// without panicking, and a window read is never zero.
     #[test]
     fn hostile_values_are_errors_or_skipped_members(
-        values in prop::collection::vec(field_value(), 1..4),
-        name in prop::sample::select(vec![
-            "ratelimit", "ratelimit-policy", "retry-after", "x-ratelimit-limit",
-            "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-used",
-            "ratelimit-reset", "grpc-retry-pushback-ms",
-        ]),
+        fields in prop::collection::vec(
+            (
+                prop::sample::select(vec![
+                    "ratelimit", "ratelimit-policy", "retry-after", "date",
+                    "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
+                    "x-ratelimit-used", "ratelimit-limit", "ratelimit-remaining",
+                    "ratelimit-reset", "ratelimit-used", "grpc-retry-pushback-ms",
+                ]),
+                field_value(),
+            ),
+            1..6,
+        ),
         now_seconds in 0u64..4_000_000_000,
     ) {
         let mut map = HeaderMap::new();
-        for value in &values {
+        for (name, value) in &fields {
             if let Ok(value) = HeaderValue::from_bytes(value) {
                 map.append(HeaderName::from_static(name), value);
             }
         }
         let now = UNIX_EPOCH + Duration::from_secs(now_seconds);
-        let policies = read::policies(&map);
-        prop_assert_eq!(&policies, &read::policies(&map));
-        if let Ok(policies) = &policies {
+        if let Ok(policies) = read::policies(&map) {
             prop_assert!(policies.members().iter().all(|p| p.window() != Some(Duration::ZERO)));
         }
         let _ = read::statuses(&map);
         let _ = read::retry_after(&map, now);
-        let _ = read::legacy(&map);
+        let _ = read::server_date(&map);
+        if let Some(reset) = read::legacy(&map).reset {
+            let _ = reset.remaining_from(now);
+        }
         let _ = read::grpc_pushback(&map);
     }
 }
