@@ -230,12 +230,16 @@ pub struct LeaseStats {
     pub units_granted: u64,
     /// Checks admitted from a lease, without a round trip.
     pub local_hits: u64,
-    /// Checks and batches decided by the shared store directly (while
-    /// another grant for the key was in flight, batches not held by leases,
-    /// keys beyond `max_keys`, shadow policies).
+    /// Checks and batches decided by the shared store directly (a check that
+    /// found the key's grant in flight again after waiting for one, or
+    /// without the `tokio` feature; batches not held by leases, keys beyond
+    /// `max_keys`, shadow policies).
     pub shared_checks: u64,
     /// Unspent units given back to the shared store.
     pub units_returned: u64,
+    /// Checks that waited for the grant in flight for their key instead of
+    /// taking a round trip of their own (with the `tokio` feature).
+    pub waits: u64,
     /// Leases held now.
     pub leases: u64,
     /// Units held now, granted and not yet spent, in leases still valid.
@@ -289,13 +293,26 @@ struct Lease<P> {
     /// The bound of the next grant.
     size: u64,
     last_used: u64,
-    /// A grant for this key is in flight: other checks go to the shared
-    /// store for their cost alone, so a replica holds at most one grant's
-    /// units per key.
+    /// A grant for this key is in flight: other checks wait for it to land
+    /// (once, with the `tokio` feature) or go to the shared store for their
+    /// cost alone, so a replica holds at most one grant's units per key.
     granting: bool,
+    /// Wakes the checks waiting for the grant in flight when it lands.
+    #[cfg(feature = "tokio")]
+    landed: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl<P> Lease<P> {
+    /// The grant in flight has landed (or was abandoned): the key takes
+    /// grants again, and the checks waiting for it try its lease again.
+    fn land(&mut self) {
+        self.granting = false;
+        #[cfg(feature = "tokio")]
+        if let Some(landed) = &self.landed {
+            landed.notify_waiters();
+        }
+    }
+
     fn valid_at(&self, now: u64) -> bool {
         self.piece.is_some() && now < self.valid_until
     }
@@ -478,7 +495,11 @@ type Shard<P> = Mutex<Leases<P>>;
 /// A cold key's grant is exactly its cost (a round trip per check, as without
 /// leases, holding nothing); a key whose next grant is needed quickly doubles
 /// its grant; near exhaustion grants shrink to the cost, so the last units of
-/// a window are admitted exactly as without leases.
+/// a window are admitted exactly as without leases. While a grant for a key is
+/// in flight, the key's other checks wait for it (with the `tokio` feature,
+/// once each) and are admitted from what it brings, rather than each taking a
+/// round trip of its own; one that still finds no units goes to the shared
+/// store.
 ///
 /// Unspent units go back to the shared store with a [settlement](Settle) on
 /// [`flush`](Self::flush), on [`flush_idle`](Self::flush_idle) for leases
@@ -544,6 +565,7 @@ pub struct Leased<S: Limiter> {
     local_hits: AtomicU64,
     shared_checks: AtomicU64,
     units_returned: AtomicU64,
+    waits: AtomicU64,
 }
 
 impl<S: Limiter + fmt::Debug> fmt::Debug for Leased<S> {
@@ -569,7 +591,7 @@ impl<P> Drop for InFlight<'_, P> {
         if !self.landed
             && let Some(lease) = lock(self.shard).get_mut(&self.key)
         {
-            lease.granting = false;
+            lease.land();
         }
     }
 }
@@ -590,6 +612,7 @@ impl<S: Limiter> Leased<S> {
             local_hits: self.local_hits.load(Ordering::Relaxed),
             shared_checks: self.shared_checks.load(Ordering::Relaxed),
             units_returned: self.units_returned.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
             leases: self
                 .shards
                 .iter()
@@ -618,6 +641,9 @@ enum Plan {
     Grant { size: u64, sent: u64 },
     /// Admit the check at the shared store for its cost alone.
     Direct,
+    /// Wait for the key's grant in flight to land, then try again.
+    #[cfg(feature = "tokio")]
+    Wait(tokio::sync::futures::OwnedNotified),
 }
 
 impl<S> Leased<S>
@@ -648,6 +674,7 @@ where
             local_hits: AtomicU64::new(0),
             shared_checks: AtomicU64::new(0),
             units_returned: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 }
@@ -748,7 +775,16 @@ where
 
     /// Admits `check` from its lease when it holds enough, or says how the
     /// shared store must decide it.
-    fn try_local(&self, check: &Check<'_, S::Policy>) -> Result<(Decision, Stamp), Plan> {
+    /// A check that finds the key's grant in flight waits for it when
+    /// `may_wait` (and the `tokio` feature is on), else goes to the shared
+    /// store.
+    fn try_local(
+        &self,
+        check: &Check<'_, S::Policy>,
+        may_wait: bool,
+    ) -> Result<(Decision, Stamp), Plan> {
+        #[cfg(not(feature = "tokio"))]
+        let _ = may_wait;
         let policy = check.policy();
         if !S::Policy::LEASED || policy.quota_mode() == QuotaMode::Shadow {
             return Err(Plan::Direct);
@@ -774,6 +810,8 @@ where
                 size: check.cost(),
                 last_used: now,
                 granting: false,
+                #[cfg(feature = "tokio")]
+                landed: None,
             }),
         };
         let cost = check.cost();
@@ -785,6 +823,13 @@ where
             return Ok((local_decision(policy, lease, now), local_stamp(lease)));
         }
         if lease.granting {
+            #[cfg(feature = "tokio")]
+            if may_wait {
+                // Registered before the lock is released, so the landing's
+                // wake-up cannot be missed.
+                let landed = Arc::clone(lease.landed.get_or_insert_with(Default::default));
+                return Err(Plan::Wait(landed.notified_owned()));
+            }
             return Err(Plan::Direct);
         }
         if !valid {
@@ -848,7 +893,7 @@ where
                 Err(error) => Err(LeasedError::Shared(error)),
             };
         };
-        lease.granting = false;
+        lease.land();
         let (decision, units, receipt) = granted.map_err(LeasedError::Shared)?.into_parts();
         let Some(receipt) = receipt.filter(|_| units >= need) else {
             return Ok((decision, Stamp::new([u64::MAX, 0, 0])));
@@ -904,7 +949,7 @@ where
         {
             let mut leases = lock(in_flight.shard);
             if let Some(lease) = leases.get_mut(&key) {
-                lease.granting = false;
+                lease.land();
                 if let Ok((decision, _)) = &admitted
                     && decision.is_allowed()
                 {
@@ -924,46 +969,66 @@ where
         ))
     }
 
-    /// One check: from its lease, from a new grant, or at the shared store.
+    /// One check: from its lease, from a new grant (or, once, the grant in
+    /// flight for its key), or at the shared store.
+    // Without the `tokio` feature no check waits, and the loop runs once.
+    #[cfg_attr(not(feature = "tokio"), allow(clippy::never_loop))]
     async fn admit_one(
         &self,
         check: &Check<'_, S::Policy>,
         with_receipt: bool,
     ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
-        match self.try_local(check) {
-            Ok((decision, stamp)) => {
-                self.local_hits.fetch_add(1, Ordering::Relaxed);
-                self.report_local(Operation::Check, std::slice::from_ref(check));
-                Ok((
-                    decision,
-                    with_receipt.then(|| local_receipt(&[(check, stamp)])),
-                ))
-            }
-            Err(Plan::Grant { size, sent }) if size == check.cost() => {
-                // A grant of exactly the check's cost leaves nothing to hold:
-                // the shared store's own admission is the cheaper statement.
-                self.admit_exactly(check, sent, with_receipt).await
-            }
-            Err(Plan::Grant { size, sent }) => {
-                let (decision, stamp) = self.admit_granted(check, size, sent).await?;
-                let receipt =
-                    (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
-                        .then(|| local_receipt(&[(check, stamp)]));
-                Ok((decision, receipt))
-            }
-            Err(Plan::Direct) => {
-                self.shared_checks.fetch_add(1, Ordering::Relaxed);
-                let (decision, receipt) = self
-                    .shared
-                    .admit(check)
-                    .await
-                    .map_err(LeasedError::Shared)?
-                    .into_parts();
-                Ok((
-                    decision,
-                    receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
-                ))
-            }
+        #[cfg(feature = "tokio")]
+        let mut may_wait = true;
+        #[cfg(not(feature = "tokio"))]
+        let may_wait = false;
+        loop {
+            return match self.try_local(check, may_wait) {
+                Ok((decision, stamp)) => {
+                    self.local_hits.fetch_add(1, Ordering::Relaxed);
+                    self.report_local(Operation::Check, std::slice::from_ref(check));
+                    Ok((
+                        decision,
+                        with_receipt.then(|| local_receipt(&[(check, stamp)])),
+                    ))
+                }
+                Err(Plan::Grant { size, sent }) if size == check.cost() => {
+                    // A grant of exactly the check's cost leaves nothing to
+                    // hold: the shared store's own admission is the cheaper
+                    // statement.
+                    self.admit_exactly(check, sent, with_receipt).await
+                }
+                Err(Plan::Grant { size, sent }) => {
+                    let (decision, stamp) = self.admit_granted(check, size, sent).await?;
+                    let receipt =
+                        (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
+                            .then(|| local_receipt(&[(check, stamp)]));
+                    Ok((decision, receipt))
+                }
+                #[cfg(feature = "tokio")]
+                Err(Plan::Wait(landed)) => {
+                    // The grant in flight usually brings units for this check
+                    // too; if not, the check takes its own way after one wait,
+                    // so a burst never queues behind grant after grant.
+                    self.waits.fetch_add(1, Ordering::Relaxed);
+                    landed.await;
+                    may_wait = false;
+                    continue;
+                }
+                Err(Plan::Direct) => {
+                    self.shared_checks.fetch_add(1, Ordering::Relaxed);
+                    let (decision, receipt) = self
+                        .shared
+                        .admit(check)
+                        .await
+                        .map_err(LeasedError::Shared)?
+                        .into_parts();
+                    Ok((
+                        decision,
+                        receipt.map(|receipt| Receipt::tiered(ISSUER, None, Some(receipt))),
+                    ))
+                }
+            };
         }
     }
 
@@ -1217,7 +1282,7 @@ where
 
     /// Decides at once when the check's lease holds it.
     fn check_now(&self, check: &Check<'_, Self::Policy>) -> Option<Result<Decision, Self::Error>> {
-        match self.try_local(check) {
+        match self.try_local(check, false) {
             Ok((decision, _)) => {
                 self.local_hits.fetch_add(1, Ordering::Relaxed);
                 self.report_local(Operation::Check, std::slice::from_ref(check));
@@ -1227,11 +1292,11 @@ where
                 // Not served here: release the key for the awaited check.
                 let key = check.counter_key();
                 if let Some(lease) = lock(self.shard(&key)).get_mut(&key) {
-                    lease.granting = false;
+                    lease.land();
                 }
                 None
             }
-            Err(Plan::Direct) => None,
+            Err(_) => None,
         }
     }
 
@@ -1303,7 +1368,10 @@ where
         subject: &SubjectKey,
     ) -> Result<bool, Self::Error> {
         let key = Check::new(policy, *subject).counter_key();
-        lock(self.shard(&key)).remove(&key);
+        if let Some(mut lease) = lock(self.shard(&key)).remove(&key) {
+            // Checks waiting for a grant in flight try again, without it.
+            lease.land();
+        }
         self.shared
             .reset(policy, subject)
             .await

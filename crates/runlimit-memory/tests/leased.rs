@@ -289,6 +289,119 @@ async fn units_spent_while_a_grant_is_in_flight_count_once() {
     );
 }
 
+/// A check that finds its key's grant in flight waits for it and is
+/// admitted from what it brings, instead of a round trip of its own.
+#[tokio::test]
+async fn a_check_waits_for_the_grant_in_flight_for_its_key() {
+    let store = Arc::new(MemoryStore::new(store_config()));
+    let (waiting, open) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let gated = Gated {
+        inner: Shared(Arc::clone(&store)),
+        waiting: Arc::clone(&waiting),
+        open: Arc::clone(&open),
+    };
+    let config = lease_config(8).with_remaining_share(100).expect("valid");
+    let replica = Arc::new(Leased::new(gated, config));
+    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    // A cold check: the shared store's own check, not a grant.
+    assert!(
+        replica
+            .check(&Check::new(&*policy, key(14)))
+            .await
+            .expect("no error")
+            .is_allowed()
+    );
+    open.store(false, Ordering::SeqCst);
+    let spawn_check = || {
+        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
+        tokio::spawn(async move {
+            replica
+                .check(&Check::new(&*policy, key(14)))
+                .await
+                .expect("no error")
+                .is_allowed()
+        })
+    };
+    // The second check takes a grant of two, held at the gate...
+    let granting = spawn_check();
+    while !waiting.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    // ...and the third waits for it.
+    let waiting_check = spawn_check();
+    while replica.stats().waits == 0 {
+        tokio::task::yield_now().await;
+    }
+    open.store(true, Ordering::SeqCst);
+    assert!(granting.await.expect("task"));
+    assert!(waiting_check.await.expect("task"));
+    let stats = replica.stats();
+    assert_eq!((stats.waits, stats.shared_checks), (1, 0), "{stats:?}");
+    assert_eq!(stats.local_hits, 1, "{stats:?}");
+    assert_eq!(used_at_shared(&store, &policy, 14), 3 + stats.units_held);
+}
+
+/// A reset while a check waits for the grant in flight wakes it: the
+/// check takes its own way rather than waiting for a lease that is gone.
+#[tokio::test]
+async fn a_reset_wakes_the_checks_waiting_for_a_grant() {
+    let store = Arc::new(MemoryStore::new(store_config()));
+    let (waiting, open) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let gated = Gated {
+        inner: Shared(Arc::clone(&store)),
+        waiting: Arc::clone(&waiting),
+        open: Arc::clone(&open),
+    };
+    let config = lease_config(8).with_remaining_share(100).expect("valid");
+    let replica = Arc::new(Leased::new(gated, config));
+    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    assert!(
+        replica
+            .check(&Check::new(&*policy, key(15)))
+            .await
+            .expect("no error")
+            .is_allowed()
+    );
+    open.store(false, Ordering::SeqCst);
+    let spawn_check = || {
+        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
+        tokio::spawn(async move {
+            replica
+                .check(&Check::new(&*policy, key(15)))
+                .await
+                .expect("no error")
+                .is_allowed()
+        })
+    };
+    let granting = spawn_check();
+    while !waiting.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    let waiting_check = spawn_check();
+    while replica.stats().waits == 0 {
+        tokio::task::yield_now().await;
+    }
+    replica.reset(&policy, &key(15)).await.expect("reset");
+    // The woken check's own grant waits at the gate like the first.
+    open.store(true, Ordering::SeqCst);
+    // A guard against a hang, not a timing assertion.
+    let both = tokio::time::timeout(Duration::from_secs(30), async {
+        (
+            granting.await.expect("task"),
+            waiting_check.await.expect("task"),
+        )
+    })
+    .await
+    .expect("the waiting check was woken");
+    assert_eq!(both, (true, true));
+}
+
 #[tokio::test]
 async fn a_cold_key_takes_exactly_its_cost_and_holds_nothing() {
     let clock = ManualClock::new();
