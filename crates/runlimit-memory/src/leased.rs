@@ -300,6 +300,11 @@ struct Lease<P> {
     /// Wakes the checks waiting for the grant in flight when it lands.
     #[cfg(feature = "tokio")]
     landed: Option<Arc<tokio::sync::Notify>>,
+    /// The grant in flight may bring units beyond its check's cost (it is
+    /// not the shared store's plain admission of one check), so other checks
+    /// of the key wait for it.
+    #[cfg(feature = "tokio")]
+    bringing_units: bool,
 }
 
 impl<P> Lease<P> {
@@ -495,11 +500,11 @@ type Shard<P> = Mutex<Leases<P>>;
 /// A cold key's grant is exactly its cost (a round trip per check, as without
 /// leases, holding nothing); a key whose next grant is needed quickly doubles
 /// its grant; near exhaustion grants shrink to the cost, so the last units of
-/// a window are admitted exactly as without leases. While a grant for a key is
-/// in flight, the key's other checks wait for it (with the `tokio` feature,
-/// once each) and are admitted from what it brings, rather than each taking a
-/// round trip of its own; one that still finds no units goes to the shared
-/// store.
+/// a window are admitted exactly as without leases. While a grant for a key
+/// that may bring more than its own check's cost is in flight, the key's
+/// other checks wait for it (with the `tokio` feature, once each) and are
+/// admitted from what it brings, rather than each taking a round trip of its
+/// own; one that still finds no units goes to the shared store.
 ///
 /// Unspent units go back to the shared store with a [settlement](Settle) on
 /// [`flush`](Self::flush), on [`flush_idle`](Self::flush_idle) for leases
@@ -812,6 +817,8 @@ where
                 granting: false,
                 #[cfg(feature = "tokio")]
                 landed: None,
+                #[cfg(feature = "tokio")]
+                bringing_units: false,
             }),
         };
         let cost = check.cost();
@@ -824,7 +831,7 @@ where
         }
         if lease.granting {
             #[cfg(feature = "tokio")]
-            if may_wait {
+            if may_wait && lease.bringing_units {
                 // Registered before the lock is released, so the landing's
                 // wake-up cannot be missed.
                 let landed = Arc::clone(lease.landed.get_or_insert_with(Default::default));
@@ -863,6 +870,10 @@ where
             })
             .max(cost);
         lease.granting = true;
+        #[cfg(feature = "tokio")]
+        {
+            lease.bringing_units = size > cost;
+        }
         Err(Plan::Grant { size, sent: now })
     }
 
