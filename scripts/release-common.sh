@@ -15,6 +15,7 @@ RELEASE_CRATES=(
     runlimit-redis
     runlimit-http
     runlimit-axum
+    runlimit-client
 )
 
 log() { echo "==> $*"; }

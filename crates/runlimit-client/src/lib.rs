@@ -1,0 +1,65 @@
+//! The client side of Runlimit: calling rate-limited APIs without being
+//! refused.
+//!
+//! Runlimit's server side ([`runlimit-axum`], [`runlimit-http`]) tells clients
+//! how much quota they have left. This crate is the other end of that wire,
+//! for services that call rate-limited APIs (Runlimit's or anyone's): a Tower
+//! layer, [`HoldLayer`], that reads the rate-limit fields of every response
+//! (through [`runlimit_http::read`]) and, while the server said a partition's
+//! quota is exhausted until a known time, holds the next request to that
+//! partition instead of sending it into a refusal.
+//!
+//! A response holds its partition when it says:
+//!
+//! * `429 Too Many Requests` or `503 Service Unavailable` with `Retry-After`;
+//! * a draft `RateLimit` member with `r=0` and `t`;
+//! * `X-RateLimit-Remaining: 0` (or GitLab's `RateLimit-Remaining`) with a
+//!   reset, in delta-seconds or Unix epoch seconds;
+//! * gRPC `RESOURCE_EXHAUSTED` (`grpc-status: 8`) in the headers with
+//!   `grpc-retry-pushback-ms`.
+//!
+//! The longest of these wins, measured against the response's `Date` when it
+//! has one. A partition is, by default, the request's origin ([`ByOrigin`]);
+//! any function of the request can name it instead (a per-token or
+//! per-tenant quota), and partitions are kept as hashes, never as the values
+//! they were derived from. The layer keeps at most a configured number of
+//! partitions held at once, never dropping an active hold to make room.
+//!
+//! Retrying refused requests and pacing to an advertised policy are planned
+//! (ROADMAP.md); today a refused response reaches the caller, and the layer
+//! makes sure the requests after it wait.
+//!
+//! ```
+//! use std::convert::Infallible;
+//!
+//! use http::{Request, Response};
+//! use runlimit_client::HoldLayer;
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // In a service this wraps hyper-util's client, a tonic channel, or any
+//! // Tower service that sends `http::Request`s.
+//! let send = service_fn(|_request: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new(()))
+//! });
+//! let client = HoldLayer::new(10_000)?.layer(send);
+//! let response = client
+//!     .oneshot(Request::get("https://api.example.com/v1/items").body(())?)
+//!     .await?;
+//! assert!(response.status().is_success());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`runlimit-axum`]: https://docs.rs/runlimit-axum
+//! [`runlimit-http`]: runlimit_http
+
+mod exhausted;
+mod holds;
+mod layer;
+mod partition;
+
+pub use exhausted::exhausted_for;
+pub use layer::{Hold, HoldLayer, HoldLayerError};
+pub use partition::{ByOrigin, Partition, PartitionKey};

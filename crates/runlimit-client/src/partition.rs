@@ -1,0 +1,72 @@
+//! Which quota a request spends: its partition.
+
+use std::{
+    fmt,
+    hash::{BuildHasher, RandomState},
+    sync::OnceLock,
+};
+
+use http::Request;
+
+/// A quota a request spends, kept as a hash of what named it (an origin, a
+/// token, a tenant), so the layer never holds the value itself.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Partition(u64);
+
+impl Partition {
+    /// The partition named by `name`: equal names give equal partitions
+    /// within this process.
+    #[must_use]
+    pub fn of(name: &[u8]) -> Self {
+        static KEYS: OnceLock<RandomState> = OnceLock::new();
+        Self(KEYS.get_or_init(RandomState::new).hash_one(name))
+    }
+}
+
+/// Redacted: a partition may be derived from a secret.
+impl fmt::Debug for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Partition(<redacted>)")
+    }
+}
+
+/// Names the partition a request spends; `None` leaves it untracked (never
+/// held). Implemented for functions of the request.
+pub trait PartitionKey<B>: Clone + Send + Sync + 'static {
+    /// The partition `request` spends.
+    fn partition(&self, request: &Request<B>) -> Option<Partition>;
+}
+
+impl<B, F> PartitionKey<B> for F
+where
+    F: Fn(&Request<B>) -> Option<Partition> + Clone + Send + Sync + 'static,
+{
+    fn partition(&self, request: &Request<B>) -> Option<Partition> {
+        self(request)
+    }
+}
+
+/// The default partition: the request's origin (scheme and authority of an
+/// absolute URI, or the `Host` field), one quota per API host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByOrigin;
+
+impl<B> PartitionKey<B> for ByOrigin {
+    fn partition(&self, request: &Request<B>) -> Option<Partition> {
+        let uri = request.uri();
+        match uri.authority() {
+            Some(authority) => {
+                let scheme = uri.scheme_str().unwrap_or("");
+                let mut name = Vec::with_capacity(scheme.len() + 3 + authority.as_str().len());
+                name.extend_from_slice(scheme.as_bytes());
+                name.extend_from_slice(b"://");
+                name.extend_from_slice(authority.as_str().to_ascii_lowercase().as_bytes());
+                Some(Partition::of(&name))
+            }
+            None => request
+                .headers()
+                .get(http::header::HOST)
+                .map(|host| Partition::of(host.as_bytes().to_ascii_lowercase().as_slice())),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The hold layer on Tokio's paused clock: requests wait exactly as long as
+//! the server said, per partition, within the bound, and a dropped request
+//! is never sent.
+
+use std::{
+    convert::Infallible,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use http::{HeaderValue, Request, Response, StatusCode};
+use runlimit_client::{HoldLayer, HoldLayerError, Partition};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt, service_fn};
+
+/// What the fake server saw: each request's path and when it arrived, in
+/// seconds since the test started.
+type Seen = Arc<Mutex<Vec<(String, f64)>>>;
+
+/// A server that answers a path ending in `/exhausted` with `headers` and
+/// `status`, and anything else with 200 and no fields.
+fn server(
+    start: Instant,
+    seen: &Seen,
+    status: StatusCode,
+    headers: &'static [(&'static str, &'static str)],
+) -> impl tower::Service<
+    Request<()>,
+    Response = Response<()>,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let seen = Arc::clone(seen);
+    service_fn(move |request: Request<()>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let path = request.uri().to_string();
+            seen.lock()
+                .expect("lock")
+                .push((path.clone(), start.elapsed().as_secs_f64()));
+            let mut response = Response::new(());
+            if path.ends_with("/exhausted") {
+                *response.status_mut() = status;
+                for (name, value) in headers {
+                    response
+                        .headers_mut()
+                        .insert(*name, HeaderValue::from_static(value));
+                }
+            }
+            Ok::<_, Infallible>(response)
+        }
+    })
+}
+
+fn get(uri: &str) -> Request<()> {
+    Request::get(uri).body(()).expect("request")
+}
+
+fn arrivals(seen: &Seen) -> Vec<(String, f64)> {
+    seen.lock().expect("lock").clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_holds_the_next_request_to_its_origin() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let client = HoldLayer::new(16).expect("valid").layer(server(
+        start,
+        &seen,
+        StatusCode::TOO_MANY_REQUESTS,
+        &[("retry-after", "2")],
+    ));
+    let refused = client
+        .clone()
+        .oneshot(get("https://api.example/exhausted"))
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another origin is not held; the same origin waits the two seconds.
+    client
+        .clone()
+        .oneshot(get("https://other.example/a"))
+        .await
+        .expect("sent");
+    client
+        .clone()
+        .oneshot(get("https://API.example/b"))
+        .await
+        .expect("sent");
+    assert_eq!(
+        arrivals(&seen),
+        [
+            ("https://api.example/exhausted".to_owned(), 0.0),
+            ("https://other.example/a".to_owned(), 0.0),
+            ("https://API.example/b".to_owned(), 2.0),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_ratelimit_member_or_legacy_quota_holds_until_its_reset() {
+    for (headers, held) in [
+        (
+            &[("ratelimit", r#""api";r=0;t=5, "other";r=9;t=60"#)][..],
+            5.0,
+        ),
+        (
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "3")][..],
+            3.0,
+        ),
+        (
+            &[("ratelimit-remaining", "0"), ("ratelimit-reset", "7")][..],
+            7.0,
+        ),
+        (
+            &[("grpc-status", "8"), ("grpc-retry-pushback-ms", "1500")][..],
+            1.5,
+        ),
+    ] {
+        let (start, seen) = (Instant::now(), Seen::default());
+        let client =
+            HoldLayer::new(16)
+                .expect("valid")
+                .layer(server(start, &seen, StatusCode::OK, headers));
+        client
+            .clone()
+            .oneshot(get("https://api.example/exhausted"))
+            .await
+            .expect("sent");
+        client
+            .clone()
+            .oneshot(get("https://api.example/next"))
+            .await
+            .expect("sent");
+        let seen = arrivals(&seen);
+        assert!(
+            (seen[1].1 - held).abs() < 1e-6,
+            "{headers:?}: sent at {}",
+            seen[1].1
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_with_units_left_holds_nothing() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let layer = HoldLayer::new(16).expect("valid");
+    let client = layer.layer(server(
+        start,
+        &seen,
+        StatusCode::OK,
+        &[
+            ("ratelimit", r#""api";r=3;t=5"#),
+            ("x-ratelimit-remaining", "3"),
+            ("x-ratelimit-reset", "5"),
+            ("retry-after", "5"),
+        ],
+    ));
+    for _ in 0..2 {
+        client
+            .clone()
+            .oneshot(get("https://api.example/exhausted"))
+            .await
+            .expect("sent");
+    }
+    assert_eq!(arrivals(&seen)[1].1, 0.0);
+    assert_eq!(layer.held_partitions(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn partitions_beyond_the_bound_are_not_held_and_active_holds_stay() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let layer = HoldLayer::new(1).expect("valid");
+    let client = layer.layer(server(
+        start,
+        &seen,
+        StatusCode::TOO_MANY_REQUESTS,
+        &[("retry-after", "10")],
+    ));
+    for origin in ["https://a.example", "https://b.example"] {
+        client
+            .clone()
+            .oneshot(get(&format!("{origin}/exhausted")))
+            .await
+            .expect("sent");
+    }
+    assert_eq!(layer.held_partitions(), 1);
+    client
+        .clone()
+        .oneshot(get("https://b.example/next"))
+        .await
+        .expect("sent");
+    client
+        .clone()
+        .oneshot(get("https://a.example/next"))
+        .await
+        .expect("sent");
+    let seen = arrivals(&seen);
+    assert_eq!(seen[2], ("https://b.example/next".to_owned(), 0.0));
+    assert_eq!(seen[3], ("https://a.example/next".to_owned(), 10.0));
+    assert_eq!(
+        HoldLayer::new(0).map(|_| ()),
+        Err(HoldLayerError::NoPartitions)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_custom_partition_holds_per_token_and_a_dropped_request_is_never_sent() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let by_token = |request: &Request<()>| {
+        request
+            .headers()
+            .get("authorization")
+            .map(|token| Partition::of(token.as_bytes()))
+    };
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .partition_by(by_token)
+        .layer(server(
+            start,
+            &seen,
+            StatusCode::TOO_MANY_REQUESTS,
+            &[("retry-after", "4")],
+        ));
+    let with_token = |path: &str, token: &'static str| {
+        let mut request = get(path);
+        request
+            .headers_mut()
+            .insert("authorization", HeaderValue::from_static(token));
+        request
+    };
+    client
+        .clone()
+        .oneshot(with_token("https://api.example/exhausted", "token-1"))
+        .await
+        .expect("sent");
+    // A held request dropped before its hold ends is never sent.
+    let held = client
+        .clone()
+        .oneshot(with_token("https://api.example/dropped", "token-1"));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), held)
+            .await
+            .is_err()
+    );
+    client
+        .clone()
+        .oneshot(with_token("https://api.example/other-token", "token-2"))
+        .await
+        .expect("sent");
+    let seen = arrivals(&seen);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1], ("https://api.example/other-token".to_owned(), 1.0));
+}
