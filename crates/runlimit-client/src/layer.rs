@@ -1,18 +1,41 @@
 //! The layer: hold a request while its partition's quota is exhausted.
 
 use std::{
+    fmt,
     future::{Future, poll_fn},
+    hash::{BuildHasher, RandomState},
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
+    time::Duration,
 };
 
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
+use tower::retry::budget::Budget;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ByOrigin, PartitionKey, exhausted::exhausted_for, holds::Holds};
+use crate::{ByOrigin, NoRetry, PartitionKey, Replay, exhausted::exhausted_for, holds::Holds};
+
+/// The most times one request is sent again.
+const MAX_RETRIES: u32 = 2;
+
+/// How a layer sends refused requests again: which, and within what budget.
+#[derive(Clone)]
+struct Retries<R> {
+    replay: R,
+    budget: Option<Arc<dyn Budget + Send + Sync>>,
+}
+
+impl<R: fmt::Debug> fmt::Debug for Retries<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retries")
+            .field("replay", &self.replay)
+            .field("budget", &self.budget.is_some())
+            .finish()
+    }
+}
 
 /// A [`HoldLayer`] built with a bound of zero partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -37,9 +60,10 @@ pub enum HoldLayerError {
 /// while the request waits: a client such as hyper-util's, always ready,
 /// reserves none.
 #[derive(Debug, Clone)]
-pub struct HoldLayer<K = ByOrigin> {
+pub struct HoldLayer<K = ByOrigin, R = NoRetry> {
     holds: Arc<Holds>,
     key: K,
+    retries: Retries<R>,
 }
 
 impl HoldLayer {
@@ -56,19 +80,61 @@ impl HoldLayer {
         Ok(Self {
             holds: Arc::new(Holds::new(max_partitions)),
             key: ByOrigin,
+            retries: Retries {
+                replay: NoRetry,
+                budget: None,
+            },
         })
     }
 }
 
-impl<K> HoldLayer<K> {
+impl<K, R> HoldLayer<K, R> {
     /// Names each request's partition with `key` instead (a per-token or
     /// per-tenant quota): a function of the request returning a
     /// [`Partition`](crate::Partition), or `None` to leave it untracked.
     #[must_use]
-    pub fn partition_by<K2>(self, key: K2) -> HoldLayer<K2> {
+    pub fn partition_by<K2>(self, key: K2) -> HoldLayer<K2, R> {
         HoldLayer {
             holds: self.holds,
             key,
+            retries: self.retries,
+        }
+    }
+
+    /// Sends a request refused with 429 or 503, whose response says how long
+    /// to wait, again after that wait (and a jitter of up to a tenth of it,
+    /// at most a second), when `replay` gives a copy of it
+    /// ([`IdempotentRequests`](crate::IdempotentRequests) for idempotent
+    /// methods with clonable bodies) and `budget` allows: at most twice per
+    /// request. Every request deposits into the budget, as with
+    /// `tower::retry`, so retries stay a share of the traffic.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use runlimit_client::{HoldLayer, IdempotentRequests};
+    /// use tower::retry::budget::TpsBudget;
+    ///
+    /// # fn main() -> Result<(), runlimit_client::HoldLayerError> {
+    /// let layer = HoldLayer::new(10_000)?
+    ///     .retry(IdempotentRequests, TpsBudget::new(Duration::from_secs(10), 1, 0.2));
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn retry<R2>(
+        self,
+        replay: R2,
+        budget: impl Budget + Send + Sync + 'static,
+    ) -> HoldLayer<K, R2> {
+        HoldLayer {
+            holds: self.holds,
+            key: self.key,
+            retries: Retries {
+                replay,
+                budget: Some(Arc::new(budget)),
+            },
         }
     }
 
@@ -79,33 +145,37 @@ impl<K> HoldLayer<K> {
     }
 }
 
-impl<S, K: Clone> Layer<S> for HoldLayer<K> {
-    type Service = Hold<S, K>;
+impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
+    type Service = Hold<S, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Hold {
             inner,
             holds: Arc::clone(&self.holds),
             key: self.key.clone(),
+            retries: self.retries.clone(),
         }
     }
 }
 
 /// The service [`HoldLayer`] builds.
 #[derive(Debug, Clone)]
-pub struct Hold<S, K = ByOrigin> {
+pub struct Hold<S, K = ByOrigin, R = NoRetry> {
     inner: S,
     holds: Arc<Holds>,
     key: K,
+    retries: Retries<R>,
 }
 
-impl<S, K, B, ResBody> Service<Request<B>> for Hold<S, K>
+impl<S, K, R, B, ResBody> Service<Request<B>> for Hold<S, K, R>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Send + 'static,
+    ResBody: Send + 'static,
     K: PartitionKey<B>,
+    R: Replay<B>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -117,24 +187,71 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let partition = self.key.partition(&request);
-        let until = partition.and_then(|partition| self.holds.until(partition, Instant::now()));
         // The service made ready for this call goes with it; a clone stays.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let holds = Arc::clone(&self.holds);
+        let (holds, retries) = (Arc::clone(&self.holds), self.retries.clone());
         Box::pin(async move {
-            if let Some(until) = until {
-                tokio::time::sleep_until(until).await;
-                poll_fn(|cx| inner.poll_ready(cx)).await?;
+            if let Some(budget) = &retries.budget {
+                budget.deposit();
             }
-            let response = inner.call(request).await?;
-            if let Some(partition) = partition
-                && let Some(wait) = exhausted_for(response.status(), response.headers())
-            {
-                let now = Instant::now();
-                holds.hold(partition, now + wait, now);
+            let mut request = request;
+            let mut sent = 0;
+            loop {
+                let until = partition.and_then(|partition| holds.until(partition, Instant::now()));
+                if let Some(until) = until {
+                    tokio::time::sleep_until(until).await;
+                }
+                if until.is_some() || sent > 0 {
+                    poll_fn(|cx| inner.poll_ready(cx)).await?;
+                }
+                let again = (sent < MAX_RETRIES)
+                    .then(|| retries.replay.replay(&request))
+                    .flatten();
+                let response = inner.call(request).await?;
+                sent += 1;
+                let wait = exhausted_for(response.status(), response.headers());
+                if let (Some(partition), Some(wait)) = (partition, wait) {
+                    let now = Instant::now();
+                    holds.hold(partition, now + wait, now);
+                }
+                let refused = matches!(
+                    response.status(),
+                    StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                );
+                match (again, wait) {
+                    (Some(copy), Some(wait))
+                        if refused
+                            && retries
+                                .budget
+                                .as_ref()
+                                .is_some_and(|budget| budget.withdraw()) =>
+                    {
+                        // The refusal is not returned: release it (and its
+                        // connection) before waiting.
+                        drop(response);
+                        // The partition's hold covers the wait when it is
+                        // tracked; the jitter spreads the retries after it.
+                        let extra = jitter(wait);
+                        let pause = if partition.is_some() {
+                            extra
+                        } else {
+                            wait + extra
+                        };
+                        tokio::time::sleep(pause).await;
+                        request = copy;
+                    }
+                    _ => return Ok(response),
+                }
             }
-            Ok(response)
         })
     }
+}
+
+/// Up to a tenth of `wait`, at most a second, drawn afresh per call.
+fn jitter(wait: Duration) -> Duration {
+    let span = (wait / 10).min(Duration::from_secs(1));
+    let draw = RandomState::new().hash_one(Instant::now());
+    let nanos = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(draw.checked_rem(nanos.saturating_add(1)).unwrap_or(0))
 }

@@ -25,9 +25,12 @@
 //! they were derived from. The layer keeps at most a configured number of
 //! partitions held at once, never dropping an active hold to make room.
 //!
-//! Retrying refused requests and pacing to an advertised policy are planned
-//! (ROADMAP.md); today a refused response reaches the caller, and the layer
-//! makes sure the requests after it wait.
+//! With [`HoldLayer::retry`], a request refused with 429 or 503 whose
+//! response says how long to wait is sent again after that wait, when it can
+//! be (an idempotent method and a body that can be sent twice, or a
+//! [`Replay`] of the caller's) and a retry budget allows; otherwise the
+//! refusal reaches the caller, and the requests after it wait. Pacing to an
+//! advertised policy is planned (ROADMAP.md).
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -59,7 +62,9 @@ mod exhausted;
 mod holds;
 mod layer;
 mod partition;
+mod replay;
 
 pub use exhausted::exhausted_for;
 pub use layer::{Hold, HoldLayer, HoldLayerError};
 pub use partition::{ByOrigin, Partition, PartitionKey};
+pub use replay::{IdempotentRequests, NoRetry, Replay};

@@ -9,7 +9,7 @@ use std::{
 };
 
 use http::{HeaderValue, Request, Response, StatusCode};
-use runlimit_client::{HoldLayer, HoldLayerError, Partition};
+use runlimit_client::{HoldLayer, HoldLayerError, IdempotentRequests, Partition};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -252,4 +252,101 @@ async fn a_custom_partition_holds_per_token_and_a_dropped_request_is_never_sent(
     let seen = arrivals(&seen);
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[1], ("https://api.example/other-token".to_owned(), 1.0));
+}
+
+/// A server that refuses the first `refusals` requests with 429 and
+/// `Retry-After: 2`, then answers 200.
+fn refusing(
+    start: Instant,
+    seen: &Seen,
+    refusals: usize,
+) -> impl tower::Service<
+    Request<()>,
+    Response = Response<()>,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let seen = Arc::clone(seen);
+    service_fn(move |request: Request<()>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let mut seen = seen.lock().expect("lock");
+            seen.push((request.method().to_string(), start.elapsed().as_secs_f64()));
+            let mut response = Response::new(());
+            if seen.len() <= refusals {
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                response
+                    .headers_mut()
+                    .insert("retry-after", HeaderValue::from_static("2"));
+            }
+            Ok::<_, Infallible>(response)
+        }
+    })
+}
+
+fn budget() -> tower::retry::budget::TpsBudget {
+    tower::retry::budget::TpsBudget::new(Duration::from_secs(10), 10, 0.2)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_idempotent_request_is_sent_again_after_the_wait() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .retry(IdempotentRequests, budget())
+        .layer(refusing(start, &seen, 1));
+    let response = client
+        .oneshot(get("https://api.example/flaky"))
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    let seen = arrivals(&seen);
+    assert_eq!(seen.len(), 2);
+    // After the two seconds, with at most a fifth of a second of jitter.
+    assert!((2.0..=2.2).contains(&seen[1].1), "{seen:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_that_must_not_be_sent_twice_or_beyond_the_budget_are_not() {
+    // A POST is not idempotent.
+    let (start, seen) = (Instant::now(), Seen::default());
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .retry(IdempotentRequests, budget())
+        .layer(refusing(start, &seen, 1));
+    let post = Request::post("https://api.example/flaky")
+        .body(())
+        .expect("request");
+    let response = client.oneshot(post).await.expect("sent");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(arrivals(&seen).len(), 1);
+
+    // A budget with nothing to withdraw.
+    let (start, seen) = (Instant::now(), Seen::default());
+    let empty = tower::retry::budget::TpsBudget::new(Duration::from_secs(1), 0, 0.0);
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .retry(IdempotentRequests, empty)
+        .layer(refusing(start, &seen, 1));
+    let response = client
+        .oneshot(get("https://api.example/flaky"))
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(arrivals(&seen).len(), 1);
+
+    // At most two retries, then the refusal reaches the caller.
+    let (start, seen) = (Instant::now(), Seen::default());
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .retry(IdempotentRequests, budget())
+        .layer(refusing(start, &seen, 10));
+    let response = client
+        .oneshot(get("https://api.example/flaky"))
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(arrivals(&seen).len(), 3);
 }
