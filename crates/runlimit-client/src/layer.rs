@@ -21,6 +21,11 @@ use crate::{ByOrigin, NoRetry, PartitionKey, Replay, exhausted::exhausted_for, h
 /// The most times one request is sent again.
 const MAX_RETRIES: u32 = 2;
 
+/// The longest a partition is held: a server may name any time, and a
+/// client that waits longer than an hour had better be told so by a
+/// refusal than hang. A refusal that asks for longer is not retried.
+pub const MAX_HOLD: Duration = Duration::from_secs(3_600);
+
 /// How a layer sends refused requests again: which, and within what budget.
 #[derive(Clone)]
 struct Retries<R> {
@@ -51,14 +56,15 @@ pub enum HoldLayerError {
 /// docs for what says so). Clones share their holds, so one layer put in
 /// front of several clients holds them all.
 ///
+/// A hold lasts at most [`MAX_HOLD`], whatever the server named.
+///
 /// # Errors and cancellation
 ///
 /// The inner service's errors and responses pass through unchanged. A
 /// request whose future is dropped while held is never sent and holds
-/// nothing. The inner service is made ready before the hold (Tower's
-/// contract), and asked again after it, so a readiness it reserved is kept
-/// while the request waits: a client such as hyper-util's, always ready,
-/// reserves none.
+/// nothing. A held request is sent by a clone of the inner service made
+/// ready after the hold, so it reserves nothing (a buffer's slot) while it
+/// waits.
 #[derive(Debug, Clone)]
 pub struct HoldLayer<K = ByOrigin, R = NoRetry> {
     holds: Arc<Holds>,
@@ -187,22 +193,32 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let partition = self.key.partition(&request);
-        // The service made ready for this call goes with it; a clone stays.
+        let held = partition
+            .is_some_and(|partition| self.holds.until(partition, Instant::now()).is_some());
+        // A request sent now takes the service made ready for it, leaving a
+        // clone; a held one takes a clone and is made ready after its hold,
+        // so it reserves nothing (a buffer's slot, say) while it waits.
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = if held {
+            clone
+        } else {
+            std::mem::replace(&mut self.inner, clone)
+        };
         let (holds, retries) = (Arc::clone(&self.holds), self.retries.clone());
+        if let Some(budget) = &retries.budget {
+            budget.deposit();
+        }
         Box::pin(async move {
-            if let Some(budget) = &retries.budget {
-                budget.deposit();
-            }
             let mut request = request;
             let mut sent = 0;
+            // Added to the end of the hold before a retry, to spread retries.
+            let mut spread = Duration::ZERO;
             loop {
                 let until = partition.and_then(|partition| holds.until(partition, Instant::now()));
                 if let Some(until) = until {
-                    tokio::time::sleep_until(until).await;
+                    tokio::time::sleep_until(until + spread).await;
                 }
-                if until.is_some() || sent > 0 {
+                if held || until.is_some() || sent > 0 {
                     poll_fn(|cx| inner.poll_ready(cx)).await?;
                 }
                 let again = (sent < MAX_RETRIES)
@@ -210,11 +226,15 @@ where
                     .flatten();
                 let response = inner.call(request).await?;
                 sent += 1;
+                // A wait beyond MAX_HOLD is held for MAX_HOLD, and not retried.
                 let wait = exhausted_for(response.status(), response.headers());
-                if let (Some(partition), Some(wait)) = (partition, wait) {
-                    let now = Instant::now();
-                    holds.hold(partition, now + wait, now);
-                }
+                let recorded = match (partition, wait) {
+                    (Some(partition), Some(wait)) => {
+                        let now = Instant::now();
+                        holds.hold(partition, now + wait.min(MAX_HOLD), now)
+                    }
+                    _ => false,
+                };
                 let refused = matches!(
                     response.status(),
                     StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
@@ -222,6 +242,7 @@ where
                 match (again, wait) {
                     (Some(copy), Some(wait))
                         if refused
+                            && wait <= MAX_HOLD
                             && retries
                                 .budget
                                 .as_ref()
@@ -230,15 +251,11 @@ where
                         // The refusal is not returned: release it (and its
                         // connection) before waiting.
                         drop(response);
-                        // The partition's hold covers the wait when it is
-                        // tracked; the jitter spreads the retries after it.
-                        let extra = jitter(wait);
-                        let pause = if partition.is_some() {
-                            extra
-                        } else {
-                            wait + extra
-                        };
-                        tokio::time::sleep(pause).await;
+                        spread = jitter(wait);
+                        if !recorded {
+                            // No hold to wait for: wait here.
+                            tokio::time::sleep(wait + spread).await;
+                        }
                         request = copy;
                     }
                     _ => return Ok(response),

@@ -65,6 +65,6 @@ mod partition;
 mod replay;
 
 pub use exhausted::exhausted_for;
-pub use layer::{Hold, HoldLayer, HoldLayerError};
+pub use layer::{Hold, HoldLayer, HoldLayerError, MAX_HOLD};
 pub use partition::{ByOrigin, Partition, PartitionKey};
 pub use replay::{IdempotentRequests, NoRetry, Replay};
