@@ -3,7 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
-use runlimit_http::read::{self, Pushback};
+use runlimit_http::{
+    draft_11::RATELIMIT,
+    read::{self, Pushback},
+};
 
 /// How long the server said requests like the one answered with `status`
 /// and `headers` will be refused: the longest of what `Retry-After` (on 429
@@ -30,17 +33,25 @@ use runlimit_http::read::{self, Pushback};
 /// ```
 #[must_use]
 pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
-    let now = read::server_date(headers).unwrap_or_else(SystemTime::now);
+    // The server's time is read only where a date needs it.
+    let now = || read::server_date(headers).unwrap_or_else(SystemTime::now);
     let mut longest: Option<Duration> = None;
     let mut consider = |wait: Duration| {
         longest = Some(longest.map_or(wait, |earlier| earlier.max(wait)));
     };
     if (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
-        && let Ok(Some(wait)) = read::retry_after(headers, now)
+        && let Ok(Some(wait)) = read::retry_after(headers, now())
     {
         consider(wait);
     }
-    if let Ok(statuses) = read::statuses(headers) {
+    // Only a member with `r=0` is exhausted (Structured Field parameters
+    // have no spaces around `=`, and `r=00` contains it too): a field
+    // without it is not parsed, which is most responses.
+    let exhausted_member = headers
+        .get_all(RATELIMIT)
+        .iter()
+        .any(|value| value.as_bytes().windows(3).any(|window| window == b"r=0"));
+    if exhausted_member && let Ok(statuses) = read::statuses(headers) {
         for status in statuses.members() {
             if status.remaining() == 0
                 && let Some(reset) = status.reset()
@@ -53,7 +64,7 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
     if legacy.remaining == Some(0)
         && let Some(reset) = legacy.reset
     {
-        consider(reset.remaining_from(now));
+        consider(reset.remaining_from(now()));
     }
     if headers
         .get("grpc-status")

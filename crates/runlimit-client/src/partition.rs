@@ -2,7 +2,7 @@
 
 use std::{
     fmt,
-    hash::{BuildHasher, RandomState},
+    hash::{BuildHasher, Hasher, RandomState},
     sync::OnceLock,
 };
 
@@ -13,13 +13,30 @@ use http::Request;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Partition(u64);
 
+/// The process's keys for partition hashes.
+fn keys() -> &'static RandomState {
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    KEYS.get_or_init(RandomState::new)
+}
+
 impl Partition {
     /// The partition named by `name`: equal names give equal partitions
     /// within this process.
     #[must_use]
     pub fn of(name: &[u8]) -> Self {
-        static KEYS: OnceLock<RandomState> = OnceLock::new();
-        Self(KEYS.get_or_init(RandomState::new).hash_one(name))
+        Self(keys().hash_one(name))
+    }
+
+    /// The partition of an origin, its host in any case: without building
+    /// the lowercase name.
+    fn of_origin(scheme: &str, authority: &[u8]) -> Self {
+        let mut hasher = keys().build_hasher();
+        hasher.write(scheme.as_bytes());
+        hasher.write(b"://");
+        for byte in authority {
+            hasher.write_u8(byte.to_ascii_lowercase());
+        }
+        Self(hasher.finish())
     }
 }
 
@@ -55,18 +72,14 @@ impl<B> PartitionKey<B> for ByOrigin {
     fn partition(&self, request: &Request<B>) -> Option<Partition> {
         let uri = request.uri();
         match uri.authority() {
-            Some(authority) => {
-                let scheme = uri.scheme_str().unwrap_or("");
-                let mut name = Vec::with_capacity(scheme.len() + 3 + authority.as_str().len());
-                name.extend_from_slice(scheme.as_bytes());
-                name.extend_from_slice(b"://");
-                name.extend_from_slice(authority.as_str().to_ascii_lowercase().as_bytes());
-                Some(Partition::of(&name))
-            }
+            Some(authority) => Some(Partition::of_origin(
+                uri.scheme_str().unwrap_or(""),
+                authority.as_str().as_bytes(),
+            )),
             None => request
                 .headers()
                 .get(http::header::HOST)
-                .map(|host| Partition::of(host.as_bytes().to_ascii_lowercase().as_slice())),
+                .map(|host| Partition::of_origin("", host.as_bytes())),
         }
     }
 }
