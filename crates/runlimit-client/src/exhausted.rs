@@ -30,6 +30,18 @@ use runlimit_http::{
 ///     Some(Duration::from_secs(2))
 /// );
 /// assert_eq!(exhausted_for(StatusCode::OK, &HeaderMap::new()), None);
+///
+/// // GitHub's primary rate limit: an epoch reset, read against the
+/// // response's `Date`.
+/// let mut headers = HeaderMap::new();
+/// headers.insert("date", HeaderValue::from_static("Mon, 01 Jul 2013 17:46:53 GMT"));
+/// headers.insert("x-ratelimit-limit", HeaderValue::from_static("60"));
+/// headers.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+/// headers.insert("x-ratelimit-reset", HeaderValue::from_static("1372700873"));
+/// assert_eq!(
+///     exhausted_for(StatusCode::FORBIDDEN, &headers),
+///     Some(Duration::from_secs(60))
+/// );
 /// ```
 #[must_use]
 pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
