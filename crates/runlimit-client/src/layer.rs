@@ -19,7 +19,7 @@ use tower_service::Service;
 use crate::{ByOrigin, NoRetry, PartitionKey, Replay, exhausted::exhausted_for, holds::Holds};
 
 /// The most times one request is sent again.
-const MAX_RETRIES: u32 = 2;
+pub(crate) const MAX_RETRIES: u32 = 2;
 
 /// The longest a partition is held: a server may name any time, and a
 /// client that waits longer than an hour had better be told so by a
@@ -266,7 +266,7 @@ where
 }
 
 /// Up to a tenth of `wait`, at most a second, drawn afresh per call.
-fn jitter(wait: Duration) -> Duration {
+pub(crate) fn jitter(wait: Duration) -> Duration {
     let span = (wait / 10).min(Duration::from_secs(1));
     let draw = RandomState::new().hash_one(Instant::now());
     let nanos = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);

@@ -32,6 +32,9 @@
 //! refusal reaches the caller, and the requests after it wait. Pacing to an
 //! advertised policy is planned (ROADMAP.md).
 //!
+//! With the `reqwest` feature, `HoldMiddleware` does the same for a
+//! `reqwest-middleware` client.
+//!
 //! ```
 //! use std::convert::Infallible;
 //!
@@ -61,10 +64,14 @@
 mod exhausted;
 mod holds;
 mod layer;
+#[cfg(feature = "reqwest")]
+mod middleware;
 mod partition;
 mod replay;
 
 pub use exhausted::exhausted_for;
 pub use layer::{Hold, HoldLayer, HoldLayerError, MAX_HOLD};
+#[cfg(feature = "reqwest")]
+pub use middleware::HoldMiddleware;
 pub use partition::{ByOrigin, Partition, PartitionKey};
 pub use replay::{IdempotentRequests, NoRetry, Replay};

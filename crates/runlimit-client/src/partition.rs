@@ -29,7 +29,7 @@ impl Partition {
 
     /// The partition of an origin, its host in any case: without building
     /// the lowercase name.
-    fn of_origin(scheme: &str, authority: &[u8]) -> Self {
+    pub(crate) fn of_origin(scheme: &str, authority: &[u8]) -> Self {
         let mut hasher = keys().build_hasher();
         hasher.write(scheme.as_bytes());
         hasher.write(b"://");

@@ -1,0 +1,163 @@
+//! The layer's behaviour for reqwest, as a `reqwest-middleware` middleware.
+
+use std::{sync::Arc, time::Duration};
+
+use http::{Extensions, Method, StatusCode};
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+use tokio::time::Instant;
+use tower::retry::budget::Budget;
+
+use crate::{
+    HoldLayerError, MAX_HOLD, Partition,
+    exhausted::exhausted_for,
+    holds::Holds,
+    layer::{MAX_RETRIES, jitter},
+};
+
+/// [`HoldLayer`](crate::HoldLayer)'s behaviour for a
+/// `reqwest_middleware::ClientWithMiddleware` (feature `reqwest`): requests
+/// to an origin whose quota the last response said is exhausted wait until
+/// the reset, and with [`retry_idempotent`](Self::retry_idempotent) a
+/// refused idempotent request whose body reqwest can clone is sent again
+/// after the wait, within a retry budget.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use runlimit_client::HoldMiddleware;
+/// use tower::retry::budget::TpsBudget;
+///
+/// # fn main() -> Result<(), runlimit_client::HoldLayerError> {
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(
+///         HoldMiddleware::new(10_000)?
+///             .retry_idempotent(TpsBudget::new(Duration::from_secs(10), 1, 0.2)),
+///     )
+///     .build();
+/// # let _ = client;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct HoldMiddleware {
+    holds: Arc<Holds>,
+    budget: Option<Arc<dyn Budget + Send + Sync>>,
+}
+
+impl std::fmt::Debug for HoldMiddleware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldMiddleware")
+            .field("holds", &self.holds)
+            .field("retries", &self.budget.is_some())
+            .finish()
+    }
+}
+
+impl HoldMiddleware {
+    /// Holds at most `max_partitions` origins at once.
+    ///
+    /// # Errors
+    ///
+    /// [`HoldLayerError::NoPartitions`] when `max_partitions` is zero.
+    pub fn new(max_partitions: usize) -> Result<Self, HoldLayerError> {
+        if max_partitions == 0 {
+            return Err(HoldLayerError::NoPartitions);
+        }
+        Ok(Self {
+            holds: Arc::new(Holds::new(max_partitions)),
+            budget: None,
+        })
+    }
+
+    /// Sends a request refused with 429 or 503, whose response says how long
+    /// to wait, again after that wait (spread by up to a tenth of it), when
+    /// its method is idempotent, reqwest can clone it (a streaming body
+    /// cannot be), and `budget` allows: at most twice per request.
+    #[must_use]
+    pub fn retry_idempotent(mut self, budget: impl Budget + Send + Sync + 'static) -> Self {
+        self.budget = Some(Arc::new(budget));
+        self
+    }
+
+    /// How many origins are held now.
+    #[must_use]
+    pub fn held_partitions(&self) -> usize {
+        self.holds.held(Instant::now())
+    }
+}
+
+fn origin(request: &Request) -> Option<Partition> {
+    let url = request.url();
+    let host = url.host_str()?;
+    let authority = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    Some(Partition::of_origin(url.scheme(), authority.as_bytes()))
+}
+
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+#[async_trait::async_trait]
+impl Middleware for HoldMiddleware {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        if let Some(budget) = &self.budget {
+            budget.deposit();
+        }
+        let partition = origin(&request);
+        let mut request = request;
+        let mut sent = 0;
+        let mut spread = Duration::ZERO;
+        loop {
+            if let Some(until) =
+                partition.and_then(|partition| self.holds.until(partition, Instant::now()))
+            {
+                tokio::time::sleep_until(until + spread).await;
+            }
+            let again =
+                (self.budget.is_some() && sent < MAX_RETRIES && idempotent(request.method()))
+                    .then(|| request.try_clone())
+                    .flatten();
+            let response = next.clone().run(request, extensions).await?;
+            sent += 1;
+            let wait = exhausted_for(response.status(), response.headers());
+            let recorded = match (partition, wait) {
+                (Some(partition), Some(wait)) => {
+                    let now = Instant::now();
+                    self.holds.hold(partition, now + wait.min(MAX_HOLD), now)
+                }
+                _ => false,
+            };
+            let refused = matches!(
+                response.status(),
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            );
+            match (again, wait) {
+                (Some(copy), Some(wait))
+                    if refused
+                        && wait <= MAX_HOLD
+                        && self.budget.as_ref().is_some_and(|budget| budget.withdraw()) =>
+                {
+                    drop(response);
+                    spread = jitter(wait);
+                    if !recorded {
+                        tokio::time::sleep(wait + spread).await;
+                    }
+                    request = copy;
+                }
+                _ => return Ok(response),
+            }
+        }
+    }
+}
