@@ -3,11 +3,25 @@
 use std::{
     collections::HashMap,
     sync::{Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
+use http::{HeaderMap, StatusCode};
 use tokio::time::Instant;
+use tower::retry::budget::Budget;
 
-use crate::Partition;
+use crate::{MAX_HOLD, Partition, exhausted::exhausted_for};
+
+/// Sending a refused request again: how long to wait first (beyond the
+/// partition's hold, which the next attempt waits for), spread by `spread`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retry {
+    /// To sleep before the next attempt: the whole wait when no hold was
+    /// recorded for it, else nothing.
+    pub(crate) sleep: Duration,
+    /// Added to the end of the partition's hold before the next attempt.
+    pub(crate) spread: Duration,
+}
 
 /// Partitions and when their holds end; never more than `max` at once.
 #[derive(Debug)]
@@ -56,6 +70,40 @@ impl Holds {
         }
         holds.insert(partition, until);
         true
+    }
+
+    /// Records the hold a response with `status` and `headers` asks for, and
+    /// says whether to send its request again: only when it was refused (429
+    /// or 503) with a wait of at most [`MAX_HOLD`], a copy of the request
+    /// exists (`replayable`), and `budget` allows.
+    pub(crate) fn after_response(
+        &self,
+        partition: Option<Partition>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        replayable: bool,
+        budget: Option<&(dyn Budget + Send + Sync)>,
+    ) -> Option<Retry> {
+        let wait = exhausted_for(status, headers)?;
+        let now = Instant::now();
+        let recorded =
+            partition.is_some_and(|partition| self.hold(partition, now + wait.min(MAX_HOLD), now));
+        let refused = matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        );
+        if !(refused && replayable && wait <= MAX_HOLD && budget.is_some_and(Budget::withdraw)) {
+            return None;
+        }
+        let spread = crate::layer::jitter(wait);
+        Some(Retry {
+            sleep: if recorded {
+                Duration::ZERO
+            } else {
+                wait + spread
+            },
+            spread,
+        })
     }
 
     /// How many partitions are held at `now`.

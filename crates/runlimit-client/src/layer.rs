@@ -10,13 +10,13 @@ use std::{
     time::Duration,
 };
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ByOrigin, NoRetry, PartitionKey, Replay, exhausted::exhausted_for, holds::Holds};
+use crate::{ByOrigin, NoRetry, PartitionKey, Replay, holds::Holds};
 
 /// The most times one request is sent again.
 pub(crate) const MAX_RETRIES: u32 = 2;
@@ -226,36 +226,20 @@ where
                     .flatten();
                 let response = inner.call(request).await?;
                 sent += 1;
-                // A wait beyond MAX_HOLD is held for MAX_HOLD, and not retried.
-                let wait = exhausted_for(response.status(), response.headers());
-                let recorded = match (partition, wait) {
-                    (Some(partition), Some(wait)) => {
-                        let now = Instant::now();
-                        holds.hold(partition, now + wait.min(MAX_HOLD), now)
-                    }
-                    _ => false,
-                };
-                let refused = matches!(
+                let retry = holds.after_response(
+                    partition,
                     response.status(),
-                    StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                    response.headers(),
+                    again.is_some(),
+                    retries.budget.as_deref(),
                 );
-                match (again, wait) {
-                    (Some(copy), Some(wait))
-                        if refused
-                            && wait <= MAX_HOLD
-                            && retries
-                                .budget
-                                .as_ref()
-                                .is_some_and(|budget| budget.withdraw()) =>
-                    {
+                match (again, retry) {
+                    (Some(copy), Some(retry)) => {
                         // The refusal is not returned: release it (and its
                         // connection) before waiting.
                         drop(response);
-                        spread = jitter(wait);
-                        if !recorded {
-                            // No hold to wait for: wait here.
-                            tokio::time::sleep(wait + spread).await;
-                        }
+                        spread = retry.spread;
+                        tokio::time::sleep(retry.sleep).await;
                         request = copy;
                     }
                     _ => return Ok(response),

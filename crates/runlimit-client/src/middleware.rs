@@ -2,18 +2,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use http::{Extensions, Method, StatusCode};
+use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
-use crate::{
-    HoldLayerError, MAX_HOLD, Partition,
-    exhausted::exhausted_for,
-    holds::Holds,
-    layer::{MAX_RETRIES, jitter},
-};
+use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES};
 
 /// [`HoldLayer`](crate::HoldLayer)'s behaviour for a
 /// `reqwest_middleware::ClientWithMiddleware` (feature `reqwest`): requests
@@ -131,29 +126,18 @@ impl Middleware for HoldMiddleware {
                     .flatten();
             let response = next.clone().run(request, extensions).await?;
             sent += 1;
-            let wait = exhausted_for(response.status(), response.headers());
-            let recorded = match (partition, wait) {
-                (Some(partition), Some(wait)) => {
-                    let now = Instant::now();
-                    self.holds.hold(partition, now + wait.min(MAX_HOLD), now)
-                }
-                _ => false,
-            };
-            let refused = matches!(
+            let retry = self.holds.after_response(
+                partition,
                 response.status(),
-                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                response.headers(),
+                again.is_some(),
+                self.budget.as_deref(),
             );
-            match (again, wait) {
-                (Some(copy), Some(wait))
-                    if refused
-                        && wait <= MAX_HOLD
-                        && self.budget.as_ref().is_some_and(|budget| budget.withdraw()) =>
-                {
+            match (again, retry) {
+                (Some(copy), Some(retry)) => {
                     drop(response);
-                    spread = jitter(wait);
-                    if !recorded {
-                        tokio::time::sleep(wait + spread).await;
-                    }
+                    spread = retry.spread;
+                    tokio::time::sleep(retry.sleep).await;
                     request = copy;
                 }
                 _ => return Ok(response),
