@@ -240,25 +240,51 @@ impl Grant for Gated {
     }
 }
 
+/// A leased replica whose grants wait at a gate, open to begin with.
+struct Gate {
+    store: Arc<MemoryStore>,
+    waiting: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
+    replica: Arc<Leased<Gated>>,
+    policy: Arc<FixedWindowPolicy>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        let store = Arc::new(MemoryStore::new(store_config()));
+        let (waiting, open) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(true)),
+        );
+        let gated = Gated {
+            inner: Shared(Arc::clone(&store)),
+            waiting: Arc::clone(&waiting),
+            open: Arc::clone(&open),
+        };
+        let config = lease_config(8).with_remaining_share(100).expect("valid");
+        Self {
+            store,
+            waiting,
+            open,
+            replica: Arc::new(Leased::new(gated, config)),
+            policy: Arc::new(fixed(100, Duration::from_secs(60))),
+        }
+    }
+}
+
 /// While a check waits for a grant, the units its lease still held are
 /// spent by another check; the grant then replaces them, so nothing is
 /// admitted twice: the shared store counts exactly what was admitted and
 /// what the lease holds.
 #[tokio::test]
 async fn units_spent_while_a_grant_is_in_flight_count_once() {
-    let store = Arc::new(MemoryStore::new(store_config()));
-    let (waiting, open) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(true)),
-    );
-    let gated = Gated {
-        inner: Shared(Arc::clone(&store)),
-        waiting: Arc::clone(&waiting),
-        open: Arc::clone(&open),
-    };
-    let config = lease_config(8).with_remaining_share(100).expect("valid");
-    let replica = Arc::new(Leased::new(gated, config));
-    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    let Gate {
+        store,
+        waiting,
+        open,
+        replica,
+        policy,
+    } = Gate::new();
     let one = Check::new(&*policy, key(13));
     // A cold check, then a grant of two: one unit held.
     for _ in 0..2 {
@@ -293,19 +319,13 @@ async fn units_spent_while_a_grant_is_in_flight_count_once() {
 /// admitted from what it brings, instead of a round trip of its own.
 #[tokio::test]
 async fn a_check_waits_for_the_grant_in_flight_for_its_key() {
-    let store = Arc::new(MemoryStore::new(store_config()));
-    let (waiting, open) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(true)),
-    );
-    let gated = Gated {
-        inner: Shared(Arc::clone(&store)),
-        waiting: Arc::clone(&waiting),
-        open: Arc::clone(&open),
-    };
-    let config = lease_config(8).with_remaining_share(100).expect("valid");
-    let replica = Arc::new(Leased::new(gated, config));
-    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    let Gate {
+        store,
+        waiting,
+        open,
+        replica,
+        policy,
+    } = Gate::new();
     // A cold check: the shared store's own check, not a grant.
     assert!(
         replica
@@ -348,19 +368,13 @@ async fn a_check_waits_for_the_grant_in_flight_for_its_key() {
 /// check takes its own way rather than waiting for a lease that is gone.
 #[tokio::test]
 async fn a_reset_wakes_the_checks_waiting_for_a_grant() {
-    let store = Arc::new(MemoryStore::new(store_config()));
-    let (waiting, open) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(true)),
-    );
-    let gated = Gated {
-        inner: Shared(Arc::clone(&store)),
-        waiting: Arc::clone(&waiting),
-        open: Arc::clone(&open),
-    };
-    let config = lease_config(8).with_remaining_share(100).expect("valid");
-    let replica = Arc::new(Leased::new(gated, config));
-    let policy = Arc::new(fixed(100, Duration::from_secs(60)));
+    let Gate {
+        store: _,
+        waiting,
+        open,
+        replica,
+        policy,
+    } = Gate::new();
     assert!(
         replica
             .check(&Check::new(&*policy, key(15)))
