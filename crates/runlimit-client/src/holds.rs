@@ -38,6 +38,11 @@ impl Holds {
         }
     }
 
+    /// The most partitions held at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Partition, Instant>> {
         // Each operation leaves the map consistent; a panic elsewhere under
         // the lock cannot corrupt it.

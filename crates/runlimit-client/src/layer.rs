@@ -16,7 +16,7 @@ use tower::retry::budget::Budget;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ByOrigin, NoRetry, PartitionKey, Replay, holds::Holds};
+use crate::{ByOrigin, NoRetry, PartitionKey, Replay, holds::Holds, pace::Pacer};
 
 /// The most times one request is sent again.
 pub(crate) const MAX_RETRIES: u32 = 2;
@@ -49,6 +49,10 @@ pub enum HoldLayerError {
     /// `max_partitions` was zero.
     #[error("a hold layer needs room for at least one partition")]
     NoPartitions,
+    /// `max_partitions` was more than a pacing store can hold
+    /// (`runlimit_memory::MAX_KEYS`).
+    #[error("too many partitions to pace")]
+    TooManyPartitions,
 }
 
 /// Holds each outbound request, instead of sending it, while the last
@@ -68,6 +72,7 @@ pub enum HoldLayerError {
 #[derive(Debug, Clone)]
 pub struct HoldLayer<K = ByOrigin, R = NoRetry> {
     holds: Arc<Holds>,
+    pacer: Option<Arc<Pacer>>,
     key: K,
     retries: Retries<R>,
 }
@@ -85,6 +90,7 @@ impl HoldLayer {
         }
         Ok(Self {
             holds: Arc::new(Holds::new(max_partitions)),
+            pacer: None,
             key: ByOrigin,
             retries: Retries {
                 replay: NoRetry,
@@ -102,9 +108,27 @@ impl<K, R> HoldLayer<K, R> {
     pub fn partition_by<K2>(self, key: K2) -> HoldLayer<K2, R> {
         HoldLayer {
             holds: self.holds,
+            pacer: self.pacer,
             key,
             retries: self.retries,
         }
+    }
+
+    /// Also paces each partition to the policy its server advertises
+    /// (`RateLimit-Policy`, the slowest of its policies), with Runlimit's own
+    /// GCRA: requests are sent one at a time at that rate (a fiftieth
+    /// slower, so that no window of the server's gets more than its quota),
+    /// so that concurrent callers spread over the window instead of
+    /// bursting into a refusal. A partition is paced from its first response
+    /// with the field on; the pacing state is bounded like the holds.
+    ///
+    /// # Errors
+    ///
+    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
+    /// memory store holds.
+    pub fn pace(mut self) -> Result<Self, HoldLayerError> {
+        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        Ok(self)
     }
 
     /// Sends a request refused with 429 or 503, whose response says how long
@@ -136,6 +160,7 @@ impl<K, R> HoldLayer<K, R> {
     ) -> HoldLayer<K, R2> {
         HoldLayer {
             holds: self.holds,
+            pacer: self.pacer,
             key: self.key,
             retries: Retries {
                 replay,
@@ -158,6 +183,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
         Hold {
             inner,
             holds: Arc::clone(&self.holds),
+            pacer: self.pacer.clone(),
             key: self.key.clone(),
             retries: self.retries.clone(),
         }
@@ -169,6 +195,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
 pub struct Hold<S, K = ByOrigin, R = NoRetry> {
     inner: S,
     holds: Arc<Holds>,
+    pacer: Option<Arc<Pacer>>,
     key: K,
     retries: Retries<R>,
 }
@@ -193,8 +220,11 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let partition = self.key.partition(&request);
-        let held = partition
-            .is_some_and(|partition| self.holds.until(partition, Instant::now()).is_some());
+        // A paced request may wait its turn: like a held one, it is made
+        // ready only when it goes.
+        let held = partition.is_some_and(|partition| {
+            self.pacer.is_some() || self.holds.until(partition, Instant::now()).is_some()
+        });
         // A request sent now takes the service made ready for it, leaving a
         // clone; a held one takes a clone and is made ready after its hold,
         // so it reserves nothing (a buffer's slot, say) while it waits.
@@ -204,7 +234,11 @@ where
         } else {
             std::mem::replace(&mut self.inner, clone)
         };
-        let (holds, retries) = (Arc::clone(&self.holds), self.retries.clone());
+        let (holds, pacer, retries) = (
+            Arc::clone(&self.holds),
+            self.pacer.clone(),
+            self.retries.clone(),
+        );
         if let Some(budget) = &retries.budget {
             budget.deposit();
         }
@@ -218,6 +252,9 @@ where
                 if let Some(until) = until {
                     tokio::time::sleep_until(until + spread).await;
                 }
+                if let (Some(pacer), Some(partition)) = (&pacer, partition) {
+                    pacer.turn(partition).await;
+                }
                 if held || until.is_some() || sent > 0 {
                     poll_fn(|cx| inner.poll_ready(cx)).await?;
                 }
@@ -226,6 +263,9 @@ where
                     .flatten();
                 let response = inner.call(request).await?;
                 sent += 1;
+                if let (Some(pacer), Some(partition)) = (&pacer, partition) {
+                    pacer.learn(partition, response.headers());
+                }
                 let retry = holds.after_response(
                     partition,
                     response.status(),

@@ -29,8 +29,11 @@
 //! response says how long to wait is sent again after that wait, when it can
 //! be (an idempotent method and a body that can be sent twice, or a
 //! [`Replay`] of the caller's) and a retry budget allows; otherwise the
-//! refusal reaches the caller, and the requests after it wait. Pacing to an
-//! advertised policy is planned (ROADMAP.md).
+//! refusal reaches the caller, and the requests after it wait. With
+//! [`HoldLayer::pace`], each partition is also paced to the policy its
+//! server advertises (`RateLimit-Policy`), with Runlimit's own GCRA, so that
+//! many concurrent callers spread over the window instead of bursting into
+//! a refusal when a hold ends.
 //!
 //! With the `reqwest` feature, `HoldMiddleware` does the same for a
 //! `reqwest-middleware` client.
@@ -66,6 +69,7 @@ mod holds;
 mod layer;
 #[cfg(feature = "reqwest")]
 mod middleware;
+mod pace;
 mod partition;
 mod replay;
 

@@ -490,3 +490,120 @@ async fn held_and_retried_requests_are_made_ready_before_they_are_sent() {
         .expect("sent");
     assert_eq!(arrivals(&seen).len(), 4);
 }
+
+/// A server allowing 20 requests per 1 s fixed window (anchored at a
+/// window's first request), answering after 2 ms with the draft fields, and
+/// 429 with `Retry-After` beyond the quota: what `RateLimitLayer` sends.
+#[derive(Clone, Default)]
+struct FixedWindowServer {
+    state: Arc<Mutex<(Option<Instant>, u64)>>,
+    /// Each request's arrival since `start`, and whether it was admitted.
+    log: Arc<Mutex<Vec<(f64, bool)>>>,
+}
+
+impl FixedWindowServer {
+    fn service(
+        &self,
+        start: Instant,
+    ) -> impl tower::Service<
+        Request<()>,
+        Response = Response<()>,
+        Error = Infallible,
+        Future = impl Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static {
+        let server = self.clone();
+        service_fn(move |_request: Request<()>| {
+            let server = server.clone();
+            async move {
+                let now = Instant::now();
+                let (admitted, remaining, reset) = {
+                    let mut state = server.state.lock().expect("lock");
+                    if state
+                        .0
+                        .is_none_or(|began| now >= began + Duration::from_secs(1))
+                    {
+                        *state = (Some(now), 0);
+                    }
+                    let began = state.0.expect("a window");
+                    let admitted = state.1 < 20;
+                    if admitted {
+                        state.1 += 1;
+                    }
+                    let reset = (began + Duration::from_secs(1)) - now;
+                    (admitted, 20 - state.1, reset.as_millis().div_ceil(1_000))
+                };
+                server
+                    .log
+                    .lock()
+                    .expect("lock")
+                    .push((start.elapsed().as_secs_f64(), admitted));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let mut response = Response::new(());
+                let headers = response.headers_mut();
+                headers.insert(
+                    "ratelimit-policy",
+                    HeaderValue::from_static(r#""api";q=20;w=1"#),
+                );
+                headers.insert(
+                    "ratelimit",
+                    HeaderValue::from_str(&format!(r#""api";r={remaining};t={reset}"#))
+                        .expect("value"),
+                );
+                if !admitted {
+                    headers.insert(
+                        "retry-after",
+                        HeaderValue::from_str(&reset.to_string()).expect("value"),
+                    );
+                    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                }
+                Ok::<_, Infallible>(response)
+            }
+        })
+    }
+}
+
+/// Fifty callers behind a pacing layer against a limit of 20 a second for
+/// ten seconds: after the first window (sent before anything was known),
+/// no request is refused, and at least 95% of what the server allows gets
+/// through.
+#[tokio::test(start_paused = true)]
+async fn fifty_paced_callers_are_not_refused_and_use_the_quota() {
+    let start = Instant::now();
+    let server = FixedWindowServer::default();
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .pace()
+        .expect("valid")
+        .layer(server.service(start));
+    let callers: Vec<_> = (0..50)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                while start.elapsed() < Duration::from_secs(10) {
+                    client
+                        .clone()
+                        .oneshot(get("https://api.example/items"))
+                        .await
+                        .expect("sent");
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    let log = server.log.lock().expect("lock").clone();
+    let refused_later = log
+        .iter()
+        .filter(|&&(at, admitted)| at >= 1.0 && !admitted)
+        .count();
+    let admitted = log
+        .iter()
+        .filter(|&&(at, admitted)| at < 10.0 && admitted)
+        .count();
+    assert_eq!(refused_later, 0, "refused after the first window");
+    assert!(admitted >= 190, "{admitted} admitted of the 200 allowed");
+}
