@@ -8,7 +8,7 @@ use reqwest_middleware::{Middleware, Next};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
-use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES};
+use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES, pace::Pacer};
 
 /// [`HoldLayer`](crate::HoldLayer)'s behaviour for a
 /// `reqwest_middleware::ClientWithMiddleware` (feature `reqwest`): requests
@@ -37,6 +37,7 @@ use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES};
 #[derive(Clone)]
 pub struct HoldMiddleware {
     holds: Arc<Holds>,
+    pacer: Option<Arc<Pacer>>,
     budget: Option<Arc<dyn Budget + Send + Sync>>,
 }
 
@@ -44,6 +45,7 @@ impl std::fmt::Debug for HoldMiddleware {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HoldMiddleware")
             .field("holds", &self.holds)
+            .field("paced", &self.pacer.is_some())
             .field("retries", &self.budget.is_some())
             .finish()
     }
@@ -61,6 +63,7 @@ impl HoldMiddleware {
         }
         Ok(Self {
             holds: Arc::new(Holds::new(max_partitions)),
+            pacer: None,
             budget: None,
         })
     }
@@ -73,6 +76,18 @@ impl HoldMiddleware {
     pub fn retry_idempotent(mut self, budget: impl Budget + Send + Sync + 'static) -> Self {
         self.budget = Some(Arc::new(budget));
         self
+    }
+
+    /// Also paces each origin to the policy its server advertises, as
+    /// [`HoldLayer::pace`](crate::HoldLayer::pace) does.
+    ///
+    /// # Errors
+    ///
+    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
+    /// memory store holds.
+    pub fn pace(mut self) -> Result<Self, HoldLayerError> {
+        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        Ok(self)
     }
 
     /// How many origins are held now.
@@ -120,12 +135,18 @@ impl Middleware for HoldMiddleware {
             {
                 tokio::time::sleep_until(until + spread).await;
             }
+            if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
+                pacer.turn(partition).await;
+            }
             let again =
                 (self.budget.is_some() && sent < MAX_RETRIES && idempotent(request.method()))
                     .then(|| request.try_clone())
                     .flatten();
             let response = next.clone().run(request, extensions).await?;
             sent += 1;
+            if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
+                pacer.learn(partition, response.headers());
+            }
             let retry = self.holds.after_response(
                 partition,
                 response.status(),

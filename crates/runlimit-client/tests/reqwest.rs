@@ -37,20 +37,28 @@ async fn serve() -> std::net::SocketAddr {
 
 /// The third response says the window is spent (`r=0`): the fourth request
 /// waits for the next window instead of being refused, and so on, so no
-/// request of the seven is refused.
+/// request of the seven is refused, held or paced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_wait_for_the_next_window_instead_of_being_refused() {
-    let address = serve().await;
-    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(HoldMiddleware::new(16).expect("valid"))
-        .build();
-    for request in 1..=7 {
-        let response = client
-            .get(format!("http://{address}/items"))
-            .send()
-            .await
-            .expect("sent");
-        assert_eq!(response.status(), 200, "request {request}");
+    for paced in [false, true] {
+        let address = serve().await;
+        let middleware = HoldMiddleware::new(16).expect("valid");
+        let middleware = if paced {
+            middleware.pace().expect("valid")
+        } else {
+            middleware
+        };
+        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+            .with(middleware)
+            .build();
+        for request in 1..=7 {
+            let response = client
+                .get(format!("http://{address}/items"))
+                .send()
+                .await
+                .expect("sent");
+            assert_eq!(response.status(), 200, "request {request}, paced {paced}");
+        }
     }
 
     // Without the middleware, the fourth request of a window is refused.
