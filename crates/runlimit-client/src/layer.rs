@@ -10,13 +10,13 @@ use std::{
     time::Duration,
 };
 
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ByOrigin, NoRetry, PartitionKey, Replay, holds::Holds, pace::Pacer};
+use crate::{ByOrigin, HoldObserver, NoRetry, PartitionKey, Replay, holds::Holds, pace::Pacer};
 
 /// The most times one request is sent again.
 pub(crate) const MAX_RETRIES: u32 = 2;
@@ -73,8 +73,50 @@ pub enum HoldLayerError {
 pub struct HoldLayer<K = ByOrigin, R = NoRetry> {
     holds: Arc<Holds>,
     pacer: Option<Arc<Pacer>>,
+    observer: Observer,
     key: K,
     retries: Retries<R>,
+}
+
+/// The layer's observer, if any.
+#[derive(Clone, Default)]
+pub(crate) struct Observer(pub(crate) Option<Arc<dyn HoldObserver>>);
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Observer(..)"
+        } else {
+            "None"
+        })
+    }
+}
+
+impl Observer {
+    pub(crate) fn waited(&self, waited: Duration) {
+        if let Some(observer) = &self.0
+            && !waited.is_zero()
+        {
+            observer.on_wait(waited);
+        }
+    }
+
+    pub(crate) fn retrying(&self) {
+        if let Some(observer) = &self.0 {
+            observer.on_retry();
+        }
+    }
+
+    pub(crate) fn returned(&self, status: StatusCode) {
+        if let Some(observer) = &self.0
+            && matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            )
+        {
+            observer.on_refused(status);
+        }
+    }
 }
 
 impl HoldLayer {
@@ -91,6 +133,7 @@ impl HoldLayer {
         Ok(Self {
             holds: Arc::new(Holds::new(max_partitions)),
             pacer: None,
+            observer: Observer::default(),
             key: ByOrigin,
             retries: Retries {
                 replay: NoRetry,
@@ -109,6 +152,7 @@ impl<K, R> HoldLayer<K, R> {
         HoldLayer {
             holds: self.holds,
             pacer: self.pacer,
+            observer: self.observer,
             key,
             retries: self.retries,
         }
@@ -161,12 +205,20 @@ impl<K, R> HoldLayer<K, R> {
         HoldLayer {
             holds: self.holds,
             pacer: self.pacer,
+            observer: self.observer,
             key: self.key,
             retries: Retries {
                 replay,
                 budget: Some(Arc::new(budget)),
             },
         }
+    }
+
+    /// Tells `observer` of the layer's waits, retries and refusals.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl HoldObserver) -> Self {
+        self.observer = Observer(Some(Arc::new(observer)));
+        self
     }
 
     /// How many partitions are held now.
@@ -184,6 +236,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
             inner,
             holds: Arc::clone(&self.holds),
             pacer: self.pacer.clone(),
+            observer: self.observer.clone(),
             key: self.key.clone(),
             retries: self.retries.clone(),
         }
@@ -196,6 +249,7 @@ pub struct Hold<S, K = ByOrigin, R = NoRetry> {
     inner: S,
     holds: Arc<Holds>,
     pacer: Option<Arc<Pacer>>,
+    observer: Observer,
     key: K,
     retries: Retries<R>,
 }
@@ -234,9 +288,10 @@ where
         } else {
             std::mem::replace(&mut self.inner, clone)
         };
-        let (holds, pacer, retries) = (
+        let (holds, pacer, observer, retries) = (
             Arc::clone(&self.holds),
             self.pacer.clone(),
+            self.observer.clone(),
             self.retries.clone(),
         );
         if let Some(budget) = &retries.budget {
@@ -248,13 +303,15 @@ where
             // Added to the end of the hold before a retry, to spread retries.
             let mut spread = Duration::ZERO;
             loop {
-                let until = partition.and_then(|partition| holds.until(partition, Instant::now()));
+                let began = Instant::now();
+                let until = partition.and_then(|partition| holds.until(partition, began));
                 if let Some(until) = until {
                     tokio::time::sleep_until(until + spread).await;
                 }
                 if let (Some(pacer), Some(partition)) = (&pacer, partition) {
                     pacer.turn(partition).await;
                 }
+                observer.waited(began.elapsed());
                 if held || until.is_some() || sent > 0 {
                     poll_fn(|cx| inner.poll_ready(cx)).await?;
                 }
@@ -275,6 +332,7 @@ where
                 );
                 match (again, retry) {
                     (Some(copy), Some(retry)) => {
+                        observer.retrying();
                         // The refusal is not returned: release it (and its
                         // connection) before waiting.
                         drop(response);
@@ -282,7 +340,10 @@ where
                         tokio::time::sleep(retry.sleep).await;
                         request = copy;
                     }
-                    _ => return Ok(response),
+                    _ => {
+                        observer.returned(response.status());
+                        return Ok(response);
+                    }
                 }
             }
         })

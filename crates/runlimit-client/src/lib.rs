@@ -69,6 +69,7 @@ mod holds;
 mod layer;
 #[cfg(feature = "reqwest")]
 mod middleware;
+mod observe;
 mod pace;
 mod partition;
 mod replay;
@@ -77,5 +78,6 @@ pub use exhausted::exhausted_for;
 pub use layer::{Hold, HoldLayer, HoldLayerError, MAX_HOLD};
 #[cfg(feature = "reqwest")]
 pub use middleware::HoldMiddleware;
+pub use observe::HoldObserver;
 pub use partition::{ByOrigin, Partition, PartitionKey};
 pub use replay::{IdempotentRequests, NoRetry, Replay};

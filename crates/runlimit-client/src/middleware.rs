@@ -8,7 +8,12 @@ use reqwest_middleware::{Middleware, Next};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
-use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES, pace::Pacer};
+use crate::{
+    HoldLayerError, HoldObserver, Partition,
+    holds::Holds,
+    layer::{MAX_RETRIES, Observer},
+    pace::Pacer,
+};
 
 /// [`HoldLayer`](crate::HoldLayer)'s behaviour for a
 /// `reqwest_middleware::ClientWithMiddleware` (feature `reqwest`): requests
@@ -38,6 +43,7 @@ use crate::{HoldLayerError, Partition, holds::Holds, layer::MAX_RETRIES, pace::P
 pub struct HoldMiddleware {
     holds: Arc<Holds>,
     pacer: Option<Arc<Pacer>>,
+    observer: Observer,
     budget: Option<Arc<dyn Budget + Send + Sync>>,
 }
 
@@ -64,6 +70,7 @@ impl HoldMiddleware {
         Ok(Self {
             holds: Arc::new(Holds::new(max_partitions)),
             pacer: None,
+            observer: Observer::default(),
             budget: None,
         })
     }
@@ -88,6 +95,13 @@ impl HoldMiddleware {
     pub fn pace(mut self) -> Result<Self, HoldLayerError> {
         self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
         Ok(self)
+    }
+
+    /// Tells `observer` of the middleware's waits, retries and refusals.
+    #[must_use]
+    pub fn with_observer(mut self, observer: impl HoldObserver) -> Self {
+        self.observer = Observer(Some(Arc::new(observer)));
+        self
     }
 
     /// How many origins are held now.
@@ -130,14 +144,15 @@ impl Middleware for HoldMiddleware {
         let mut sent = 0;
         let mut spread = Duration::ZERO;
         loop {
-            if let Some(until) =
-                partition.and_then(|partition| self.holds.until(partition, Instant::now()))
+            let began = Instant::now();
+            if let Some(until) = partition.and_then(|partition| self.holds.until(partition, began))
             {
                 tokio::time::sleep_until(until + spread).await;
             }
             if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
                 pacer.turn(partition).await;
             }
+            self.observer.waited(began.elapsed());
             let again =
                 (self.budget.is_some() && sent < MAX_RETRIES && idempotent(request.method()))
                     .then(|| request.try_clone())
@@ -156,12 +171,16 @@ impl Middleware for HoldMiddleware {
             );
             match (again, retry) {
                 (Some(copy), Some(retry)) => {
+                    self.observer.retrying();
                     drop(response);
                     spread = retry.spread;
                     tokio::time::sleep(retry.sleep).await;
                     request = copy;
                 }
-                _ => return Ok(response),
+                _ => {
+                    self.observer.returned(response.status());
+                    return Ok(response);
+                }
             }
         }
     }

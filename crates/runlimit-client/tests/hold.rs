@@ -607,3 +607,68 @@ async fn fifty_paced_callers_are_not_refused_and_use_the_quota() {
     assert_eq!(refused_later, 0, "refused after the first window");
     assert!(admitted >= 190, "{admitted} admitted of the 200 allowed");
 }
+
+/// What an observer was told.
+#[derive(Clone, Default)]
+struct Told {
+    waits: Vec<Duration>,
+    retries: usize,
+    refused: Vec<StatusCode>,
+}
+
+/// Counts what the layer tells its observer.
+#[derive(Clone, Default)]
+struct Counted(Arc<Mutex<Told>>);
+
+impl runlimit_client::HoldObserver for Counted {
+    fn on_wait(&self, waited: Duration) {
+        self.0.lock().expect("lock").waits.push(waited);
+    }
+
+    fn on_retry(&self) {
+        self.0.lock().expect("lock").retries += 1;
+    }
+
+    fn on_refused(&self, status: StatusCode) {
+        self.0.lock().expect("lock").refused.push(status);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_observer_is_told_of_waits_retries_and_refusals() {
+    let (start, seen) = (Instant::now(), Seen::default());
+    let counted = Counted::default();
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .retry(IdempotentRequests, budget())
+        .with_observer(counted.clone())
+        .layer(refusing(start, &seen, 1));
+    // Refused once, then sent again after the two seconds.
+    client
+        .clone()
+        .oneshot(get("https://api.example/flaky"))
+        .await
+        .expect("sent");
+    // A POST refused (the server refuses again after a fresh start) is returned.
+    let client = HoldLayer::new(16)
+        .expect("valid")
+        .with_observer(counted.clone())
+        .layer(refusing(start, &Seen::default(), 1));
+    client
+        .oneshot(
+            Request::post("https://api.example/x")
+                .body(())
+                .expect("request"),
+        )
+        .await
+        .expect("sent");
+    let Told {
+        waits,
+        retries,
+        refused,
+    } = counted.0.lock().expect("lock").clone();
+    assert_eq!(retries, 1);
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert!(waits[0] >= Duration::from_secs(2), "{waits:?}");
+    assert_eq!(refused, [StatusCode::TOO_MANY_REQUESTS]);
+}
