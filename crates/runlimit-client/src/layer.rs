@@ -71,11 +71,40 @@ pub enum HoldLayerError {
 /// waits.
 #[derive(Debug, Clone)]
 pub struct HoldLayer<K = ByOrigin, R = NoRetry> {
-    holds: Arc<Holds>,
-    pacer: Option<Arc<Pacer>>,
-    observer: Observer,
+    core: Core,
     key: K,
     retries: Retries<R>,
+}
+
+/// What the layer and the reqwest middleware share: the holds, the pacer
+/// and the observer.
+#[derive(Debug, Clone)]
+pub(crate) struct Core {
+    pub(crate) holds: Arc<Holds>,
+    pub(crate) pacer: Option<Arc<Pacer>>,
+    pub(crate) observer: Observer,
+}
+
+impl Core {
+    pub(crate) fn new(max_partitions: usize) -> Result<Self, HoldLayerError> {
+        if max_partitions == 0 {
+            return Err(HoldLayerError::NoPartitions);
+        }
+        Ok(Self {
+            holds: Arc::new(Holds::new(max_partitions)),
+            pacer: None,
+            observer: Observer::default(),
+        })
+    }
+
+    pub(crate) fn pace(&mut self) -> Result<(), HoldLayerError> {
+        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        Ok(())
+    }
+
+    pub(crate) fn observe(&mut self, observer: impl HoldObserver) {
+        self.observer = Observer(Some(Arc::new(observer)));
+    }
 }
 
 /// The layer's observer, if any.
@@ -127,13 +156,8 @@ impl HoldLayer {
     ///
     /// [`HoldLayerError::NoPartitions`] when `max_partitions` is zero.
     pub fn new(max_partitions: usize) -> Result<Self, HoldLayerError> {
-        if max_partitions == 0 {
-            return Err(HoldLayerError::NoPartitions);
-        }
         Ok(Self {
-            holds: Arc::new(Holds::new(max_partitions)),
-            pacer: None,
-            observer: Observer::default(),
+            core: Core::new(max_partitions)?,
             key: ByOrigin,
             retries: Retries {
                 replay: NoRetry,
@@ -150,9 +174,7 @@ impl<K, R> HoldLayer<K, R> {
     #[must_use]
     pub fn partition_by<K2>(self, key: K2) -> HoldLayer<K2, R> {
         HoldLayer {
-            holds: self.holds,
-            pacer: self.pacer,
-            observer: self.observer,
+            core: self.core,
             key,
             retries: self.retries,
         }
@@ -171,7 +193,7 @@ impl<K, R> HoldLayer<K, R> {
     /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
     /// memory store holds.
     pub fn pace(mut self) -> Result<Self, HoldLayerError> {
-        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        self.core.pace()?;
         Ok(self)
     }
 
@@ -203,9 +225,7 @@ impl<K, R> HoldLayer<K, R> {
         budget: impl Budget + Send + Sync + 'static,
     ) -> HoldLayer<K, R2> {
         HoldLayer {
-            holds: self.holds,
-            pacer: self.pacer,
-            observer: self.observer,
+            core: self.core,
             key: self.key,
             retries: Retries {
                 replay,
@@ -217,14 +237,14 @@ impl<K, R> HoldLayer<K, R> {
     /// Tells `observer` of the layer's waits, retries and refusals.
     #[must_use]
     pub fn with_observer(mut self, observer: impl HoldObserver) -> Self {
-        self.observer = Observer(Some(Arc::new(observer)));
+        self.core.observe(observer);
         self
     }
 
     /// How many partitions are held now.
     #[must_use]
     pub fn held_partitions(&self) -> usize {
-        self.holds.held(Instant::now())
+        self.core.holds.held(Instant::now())
     }
 }
 
@@ -234,9 +254,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
     fn layer(&self, inner: S) -> Self::Service {
         Hold {
             inner,
-            holds: Arc::clone(&self.holds),
-            pacer: self.pacer.clone(),
-            observer: self.observer.clone(),
+            core: self.core.clone(),
             key: self.key.clone(),
             retries: self.retries.clone(),
         }
@@ -247,9 +265,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for HoldLayer<K, R> {
 #[derive(Debug, Clone)]
 pub struct Hold<S, K = ByOrigin, R = NoRetry> {
     inner: S,
-    holds: Arc<Holds>,
-    pacer: Option<Arc<Pacer>>,
-    observer: Observer,
+    core: Core,
     key: K,
     retries: Retries<R>,
 }
@@ -277,7 +293,7 @@ where
         // A paced request may wait its turn: like a held one, it is made
         // ready only when it goes.
         let held = partition.is_some_and(|partition| {
-            self.pacer.is_some() || self.holds.until(partition, Instant::now()).is_some()
+            self.core.pacer.is_some() || self.core.holds.until(partition, Instant::now()).is_some()
         });
         // A request sent now takes the service made ready for it, leaving a
         // clone; a held one takes a clone and is made ready after its hold,
@@ -288,12 +304,14 @@ where
         } else {
             std::mem::replace(&mut self.inner, clone)
         };
-        let (holds, pacer, observer, retries) = (
-            Arc::clone(&self.holds),
-            self.pacer.clone(),
-            self.observer.clone(),
-            self.retries.clone(),
-        );
+        let (
+            Core {
+                holds,
+                pacer,
+                observer,
+            },
+            retries,
+        ) = (self.core.clone(), self.retries.clone());
         if let Some(budget) = &retries.budget {
             budget.deposit();
         }

@@ -10,9 +10,7 @@ use tower::retry::budget::Budget;
 
 use crate::{
     HoldLayerError, HoldObserver, Partition,
-    holds::Holds,
-    layer::{MAX_RETRIES, Observer},
-    pace::Pacer,
+    layer::{Core, MAX_RETRIES},
 };
 
 /// [`HoldLayer`](crate::HoldLayer)'s behaviour for a
@@ -41,17 +39,14 @@ use crate::{
 /// ```
 #[derive(Clone)]
 pub struct HoldMiddleware {
-    holds: Arc<Holds>,
-    pacer: Option<Arc<Pacer>>,
-    observer: Observer,
+    core: Core,
     budget: Option<Arc<dyn Budget + Send + Sync>>,
 }
 
 impl std::fmt::Debug for HoldMiddleware {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HoldMiddleware")
-            .field("holds", &self.holds)
-            .field("paced", &self.pacer.is_some())
+            .field("core", &self.core)
             .field("retries", &self.budget.is_some())
             .finish()
     }
@@ -64,13 +59,8 @@ impl HoldMiddleware {
     ///
     /// [`HoldLayerError::NoPartitions`] when `max_partitions` is zero.
     pub fn new(max_partitions: usize) -> Result<Self, HoldLayerError> {
-        if max_partitions == 0 {
-            return Err(HoldLayerError::NoPartitions);
-        }
         Ok(Self {
-            holds: Arc::new(Holds::new(max_partitions)),
-            pacer: None,
-            observer: Observer::default(),
+            core: Core::new(max_partitions)?,
             budget: None,
         })
     }
@@ -93,21 +83,21 @@ impl HoldMiddleware {
     /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
     /// memory store holds.
     pub fn pace(mut self) -> Result<Self, HoldLayerError> {
-        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        self.core.pace()?;
         Ok(self)
     }
 
     /// Tells `observer` of the middleware's waits, retries and refusals.
     #[must_use]
     pub fn with_observer(mut self, observer: impl HoldObserver) -> Self {
-        self.observer = Observer(Some(Arc::new(observer)));
+        self.core.observe(observer);
         self
     }
 
     /// How many origins are held now.
     #[must_use]
     pub fn held_partitions(&self) -> usize {
-        self.holds.held(Instant::now())
+        self.core.holds.held(Instant::now())
     }
 }
 
@@ -136,6 +126,11 @@ impl Middleware for HoldMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
+        let Core {
+            holds,
+            pacer,
+            observer,
+        } = &self.core;
         if let Some(budget) = &self.budget {
             budget.deposit();
         }
@@ -145,24 +140,23 @@ impl Middleware for HoldMiddleware {
         let mut spread = Duration::ZERO;
         loop {
             let began = Instant::now();
-            if let Some(until) = partition.and_then(|partition| self.holds.until(partition, began))
-            {
+            if let Some(until) = partition.and_then(|partition| holds.until(partition, began)) {
                 tokio::time::sleep_until(until + spread).await;
             }
-            if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
+            if let (Some(pacer), Some(partition)) = (pacer, partition) {
                 pacer.turn(partition).await;
             }
-            self.observer.waited(began.elapsed());
+            observer.waited(began.elapsed());
             let again =
                 (self.budget.is_some() && sent < MAX_RETRIES && idempotent(request.method()))
                     .then(|| request.try_clone())
                     .flatten();
             let response = next.clone().run(request, extensions).await?;
             sent += 1;
-            if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
+            if let (Some(pacer), Some(partition)) = (pacer, partition) {
                 pacer.learn(partition, response.headers());
             }
-            let retry = self.holds.after_response(
+            let retry = holds.after_response(
                 partition,
                 response.status(),
                 response.headers(),
@@ -171,14 +165,14 @@ impl Middleware for HoldMiddleware {
             );
             match (again, retry) {
                 (Some(copy), Some(retry)) => {
-                    self.observer.retrying();
+                    observer.retrying();
                     drop(response);
                     spread = retry.spread;
                     tokio::time::sleep(retry.sleep).await;
                     request = copy;
                 }
                 _ => {
-                    self.observer.returned(response.status());
+                    observer.returned(response.status());
                     return Ok(response);
                 }
             }

@@ -64,12 +64,10 @@ local function fitting(ahead_us, ahead_rem, us, rem, tol_us, tol_rem, quota)
     return n
 end
 
--- One counter's check (not a grant): the common case, decided as `admit`
--- decides it, without the batch machinery (its closures and tables).
-local function admit_one(key, a)
-    local quota = tonumber(ARGV[a + 1])
-    local inc_us, inc_rem = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local tol_us, tol_rem = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+-- Where a check of `key` starts: its arrival time and remainder, the later
+-- of the stored one and now (unreadable state starts at now), and its
+-- version (a counter not stored starts with its creation time).
+local function start_of(key)
     local t, r, version = now, 0, now
     local state = redis.call('GET', key)
     if state then
@@ -82,6 +80,26 @@ local function admit_one(key, a)
             end
         end
     end
+    return t, r, version
+end
+
+-- Stores an arrival time; the counter is worthless once the full burst has
+-- replenished, when Redis forgets it.
+local function store(key, t, r, version)
+    local expires = t
+    if r > 0 then
+        expires = expires + 1
+    end
+    keep(key, format('%d:%d:%d', t, r, version), expires)
+end
+
+-- One counter's check (not a grant): the common case, decided as `admit`
+-- decides it, without the batch machinery (its closures and tables).
+local function admit_one(key, a)
+    local quota = tonumber(ARGV[a + 1])
+    local inc_us, inc_rem = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local tol_us, tol_rem = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    local t, r, version = start_of(key)
     t = t + inc_us
     r = r + inc_rem
     if r >= quota then
@@ -92,11 +110,7 @@ local function admit_one(key, a)
     if ahead > tol_us or (ahead == tol_us and r > tol_rem) then
         return {1, ahead, r, version, now}
     end
-    local expires = t
-    if r > 0 then
-        expires = expires + 1
-    end
-    keep(key, format('%d:%d:%d', t, r, version), expires)
+    store(key, t, r, version)
     return {0, ahead, r, version, now}
 end
 
@@ -111,20 +125,7 @@ local function admit(k, n, a)
         local quota = tonumber(ARGV[base + 1])
         local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
         local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-        -- start = max(stored arrival time, now); unreadable state starts at now.
-        -- A counter not stored starts with its creation time as version.
-        local t, r, version = now, 0, now
-        local state = redis.call('GET', KEYS[k + i])
-        if state then
-            local count = fields(state, stored)
-            local stored_t, stored_r = stored[1], stored[2]
-            if count >= 2 then
-                version = count >= 3 and stored[3] or 0
-                if stored_t and stored_r and (stored_t > now or (stored_t == now and stored_r > 0)) then
-                    t, r = stored_t, stored_r
-                end
-            end
-        end
+        local t, r, version = start_of(KEYS[k + i])
         if granting then
             inc_us, inc_rem = times(granting, inc_us, inc_rem, quota)
         elseif probing then
@@ -147,12 +148,7 @@ local function admit(k, n, a)
         reply[at - 3], reply[at - 2], reply[at - 1], reply[at] = outcome, ahead, r, version
         return outcome == 0
     end, function(i)
-        -- The counter is worthless once the full burst has replenished.
-        local expires = tat_us[i]
-        if tat_rem[i] > 0 then
-            expires = expires + 1
-        end
-        keep(KEYS[k + i], format('%d:%d:%d', tat_us[i], tat_rem[i], versions[i]), expires)
+        store(KEYS[k + i], tat_us[i], tat_rem[i], versions[i])
     end)
     reply[4 * n + 1] = now
     return reply
