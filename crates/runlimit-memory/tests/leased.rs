@@ -315,6 +315,46 @@ async fn units_spent_while_a_grant_is_in_flight_count_once() {
     );
 }
 
+/// Checks key `n` once (cold: the shared store's own check, not a grant),
+/// closes the gate, and spawns two more checks: the first takes a grant of
+/// two, held at the gate; the second waits for it. Returns both, the gate
+/// still closed.
+async fn gate_and_wait(
+    replica: &Arc<Leased<Gated>>,
+    policy: &Arc<FixedWindowPolicy>,
+    waiting: &AtomicBool,
+    open: &AtomicBool,
+    n: u8,
+) -> (tokio::task::JoinHandle<bool>, tokio::task::JoinHandle<bool>) {
+    assert!(
+        replica
+            .check(&Check::new(&**policy, key(n)))
+            .await
+            .expect("no error")
+            .is_allowed()
+    );
+    open.store(false, Ordering::SeqCst);
+    let spawn_check = || {
+        let (replica, policy) = (Arc::clone(replica), Arc::clone(policy));
+        tokio::spawn(async move {
+            replica
+                .check(&Check::new(&*policy, key(n)))
+                .await
+                .expect("no error")
+                .is_allowed()
+        })
+    };
+    let granting = spawn_check();
+    while !waiting.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    let waiting_check = spawn_check();
+    while replica.stats().waits == 0 {
+        tokio::task::yield_now().await;
+    }
+    (granting, waiting_check)
+}
+
 /// A check that finds its key's grant in flight waits for it and is
 /// admitted from what it brings, instead of a round trip of its own.
 #[tokio::test]
@@ -326,35 +366,7 @@ async fn a_check_waits_for_the_grant_in_flight_for_its_key() {
         replica,
         policy,
     } = Gate::new();
-    // A cold check: the shared store's own check, not a grant.
-    assert!(
-        replica
-            .check(&Check::new(&*policy, key(14)))
-            .await
-            .expect("no error")
-            .is_allowed()
-    );
-    open.store(false, Ordering::SeqCst);
-    let spawn_check = || {
-        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
-        tokio::spawn(async move {
-            replica
-                .check(&Check::new(&*policy, key(14)))
-                .await
-                .expect("no error")
-                .is_allowed()
-        })
-    };
-    // The second check takes a grant of two, held at the gate...
-    let granting = spawn_check();
-    while !waiting.load(Ordering::SeqCst) {
-        tokio::task::yield_now().await;
-    }
-    // ...and the third waits for it.
-    let waiting_check = spawn_check();
-    while replica.stats().waits == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (granting, waiting_check) = gate_and_wait(&replica, &policy, &waiting, &open, 14).await;
     open.store(true, Ordering::SeqCst);
     assert!(granting.await.expect("task"));
     assert!(waiting_check.await.expect("task"));
@@ -375,32 +387,7 @@ async fn a_reset_wakes_the_checks_waiting_for_a_grant() {
         replica,
         policy,
     } = Gate::new();
-    assert!(
-        replica
-            .check(&Check::new(&*policy, key(15)))
-            .await
-            .expect("no error")
-            .is_allowed()
-    );
-    open.store(false, Ordering::SeqCst);
-    let spawn_check = || {
-        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
-        tokio::spawn(async move {
-            replica
-                .check(&Check::new(&*policy, key(15)))
-                .await
-                .expect("no error")
-                .is_allowed()
-        })
-    };
-    let granting = spawn_check();
-    while !waiting.load(Ordering::SeqCst) {
-        tokio::task::yield_now().await;
-    }
-    let waiting_check = spawn_check();
-    while replica.stats().waits == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (granting, waiting_check) = gate_and_wait(&replica, &policy, &waiting, &open, 15).await;
     replica.reset(&policy, &key(15)).await.expect("reset");
     // The woken check's own grant waits at the gate like the first.
     open.store(true, Ordering::SeqCst);
@@ -797,4 +784,52 @@ proptest! {
             prop_assert!(tat - now <= tolerance, "an admission at {at} beyond the burst");
         }
     }
+}
+
+/// Records whether each admission an observer sees came from a lease.
+#[derive(Debug, Clone, Default)]
+struct SeenLeased(Arc<std::sync::Mutex<Vec<bool>>>);
+
+impl runlimit_core::Observer for SeenLeased {
+    fn on_admission(&self, observation: &runlimit_core::AdmissionObservation<'_>) {
+        self.0.lock().expect("lock").push(observation.leased());
+    }
+}
+
+/// The replica's observer sees its local admissions, marked leased; the
+/// shared store's observer sees the grants, not marked.
+#[tokio::test]
+async fn observers_see_local_admissions_apart_from_shared_ones() {
+    let clock = ManualClock::new();
+    let (shared_seen, local_seen) = (SeenLeased::default(), SeenLeased::default());
+    let store = Arc::new(
+        MemoryStore::new(store_config())
+            .with_clock(clock.clone())
+            .with_observer(shared_seen.clone()),
+    );
+    let replica = Leased::new(Shared(Arc::clone(&store)), lease_config(50))
+        .with_clock(clock.clone())
+        .with_observer(local_seen.clone());
+    let policy = fixed(1_000, Duration::from_secs(60));
+    for _ in 0..20 {
+        assert!(
+            replica
+                .check(&Check::new(&policy, key(16)))
+                .await
+                .expect("no error")
+                .is_allowed()
+        );
+    }
+    let stats = replica.stats();
+    let local = local_seen.0.lock().expect("lock").clone();
+    let shared = shared_seen.0.lock().expect("lock").clone();
+    assert!(stats.local_hits > 0, "{stats:?}");
+    assert_eq!(
+        local,
+        vec![true; usize::try_from(stats.local_hits).expect("small")]
+    );
+    assert_eq!(
+        shared,
+        vec![false; usize::try_from(stats.grants).expect("small")]
+    );
 }
