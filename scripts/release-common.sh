@@ -16,6 +16,7 @@ RELEASE_CRATES=(
     runlimit-http
     runlimit-axum
     runlimit-client
+    runlimit-sim
 )
 
 log() { echo "==> $*"; }

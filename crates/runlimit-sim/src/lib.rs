@@ -1,0 +1,103 @@
+//! Know what a policy will do before it ships.
+//!
+//! `runlimit-sim` replays a recorded access log against candidate policies
+//! through `runlimit-memory`'s real stores ([`MemoryStore`], [`GcraStore`],
+//! [`SlidingWindowStore`]) on a virtual clock set from each line's timestamp,
+//! and reports who would have been refused: requests and subjects denied,
+//! the most denied subjects, `Retry-After` percentiles and the keys the
+//! store held. Nothing sleeps, so an hour of traffic replays in well under a
+//! second, and the same log and policies always give the same decisions.
+//!
+//! The `runlimit-sim` binary is the usual way in:
+//!
+//! ```text
+//! runlimit-sim generate --minutes 60 > access.log
+//! runlimit-sim replay --policies policies.toml access.log
+//! runlimit-sim replay --policies policies.toml --subject ip --charge-status 401 \
+//!     --json --chart per-minute.svg access.log
+//! ```
+//!
+//! The library is what the binary is built from, for tests and tools:
+//!
+//! ```
+//! use runlimit_core::KeyHasher;
+//! use runlimit_sim::{Format, InputSpec, PolicySet, Reader, Replay, ReplayOptions, SubjectSpec};
+//!
+//! let set = PolicySet::from_toml(r#"
+//!     [[policy]]
+//!     algorithm = "fixed_window"
+//!     id = "login.ip"
+//!     scope = "ip"
+//!     limit = 2
+//!     window = { secs = 60, nanos = 0 }
+//! "#)?;
+//! let log = br#"192.0.2.1 - - [01/Jan/2026:00:00:00 +0000] "POST /login HTTP/1.1" 401 64
+//! 192.0.2.1 - - [01/Jan/2026:00:00:01 +0000] "POST /login HTTP/1.1" 401 64
+//! 192.0.2.1 - - [01/Jan/2026:00:00:02 +0000] "POST /login HTTP/1.1" 401 64
+//! "#;
+//! let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+//! let mut reader = Reader::new(&log[..], &spec)?;
+//! let hasher = KeyHasher::new(b"a secret of at least thirty-two bytes")?;
+//! let mut replay = Replay::new(&set, ReplayOptions::new(hasher))?;
+//! replay.run(&mut reader, |_| {})?;
+//! let report = replay.report();
+//! assert_eq!((report.rows[0].admitted, report.rows[0].denied), (2, 1));
+//! assert_eq!(report.rows[0].retry_after_seconds.map(|q| q.max), Some(58));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What a replay assumes
+//!
+//! * Traffic does not react: a refused client is assumed to send what the
+//!   log says it sent. Real clients that back off make the real denial
+//!   counts lower; attackers that rotate make them higher.
+//! * A request's time is its line's; CLF times have whole seconds, so the
+//!   requests of one second are evaluated at its start, in log order.
+//! * With a status filter (`--charge-status`), requests with other statuses
+//!   are decided by a peek and consume nothing, as an admission layer that
+//!   charges by outcome refunds them.
+//!
+//! # Privacy
+//!
+//! Subjects are derived with [`runlimit_core::KeyHasher`] from the network
+//! or fields chosen, and reports name them by 64 bits of that key
+//! (`k:3fa1…`) unless the operator asks for raw subjects. Malformed lines
+//! are reported by number and reason, never by content. Without a secret,
+//! the binary draws one per run: the decisions do not depend on it, only
+//! the labels do.
+//!
+//! # Memory
+//!
+//! Input is streamed. What a run holds is bounded by the stores' `max_keys`,
+//! a million exact distinct subjects per count before it switches to an
+//! estimate, a bounded table of the most denied subjects, and a chart series
+//! of one pair of counts per minute of log.
+//!
+//! [`MemoryStore`]: runlimit_memory::MemoryStore
+//! [`GcraStore`]: runlimit_memory::GcraStore
+//! [`SlidingWindowStore`]: runlimit_memory::SlidingWindowStore
+
+mod chart;
+mod engine;
+mod generate;
+mod input;
+mod policies;
+mod replay;
+mod report;
+mod sketch;
+mod subject;
+
+pub use chart::{ChartError, write_svg};
+pub use engine::{Mode, Refusal, Simulation, SimulationError, Verdict};
+pub use generate::{GenerateOptions, generate};
+pub use input::{
+    DEFAULT_MAX_LINE_LEN, Format, InputError, InputSpec, Malformed, Read, Reader, Request,
+    TimeFormat, UnknownField,
+};
+pub use policies::{Candidate, DEFAULT_MAX_KEYS, PolicySet, PolicySetError};
+pub use replay::{
+    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, Replay, ReplayError, ReplayOptions, StatusSet,
+    StatusSetError,
+};
+pub use report::{MalformedLine, MalformedSummary, Quantiles, Report, Row, TopSubject};
+pub use subject::{SubjectPart, SubjectSpec, SubjectSpecError};

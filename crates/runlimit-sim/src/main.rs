@@ -1,0 +1,269 @@
+//! `runlimit-sim`: replay access logs against candidate policies, or write a
+//! synthetic log to try them on. See the crate documentation.
+
+use std::{
+    fs::File,
+    io::{self, BufRead, BufReader, IsTerminal, Write},
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use runlimit_core::{KeyHasher, MIN_SECRET_LEN};
+use runlimit_sim::{
+    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Mode, PolicySet, Reader, Replay,
+    ReplayOptions, StatusSet, SubjectSpec, TimeFormat,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "runlimit-sim",
+    version,
+    about = "Replay access logs against candidate Runlimit policies and report who they would have refused."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a log against the policies of a TOML file.
+    Replay(Box<ReplayArgs>),
+    /// Write a synthetic Combined Log Format log: steady users, a
+    /// credential-stuffing burst and a crawler.
+    Generate(GenerateArgs),
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// The log to replay; `-` or nothing reads standard input.
+    log: Option<PathBuf>,
+    /// The candidate policies (TOML: `max_keys` and `[[policy]]` tables).
+    #[arg(long, short)]
+    policies: PathBuf,
+    /// The log's format.
+    #[arg(long, short, value_enum, default_value_t = Format::Clf)]
+    format: Format,
+    /// Who requests count against: `ip`, `ip:FIELD`, a field name, or parts
+    /// joined by `+` (such as `ip+path`).
+    #[arg(long, short, default_value = "ip")]
+    subject: SubjectSpec,
+    /// The network prefix IPv4 clients are grouped by.
+    #[arg(long, default_value_t = 32)]
+    ipv4_prefix: u8,
+    /// The network prefix IPv6 clients are grouped by.
+    #[arg(long, default_value_t = 64)]
+    ipv6_prefix: u8,
+    /// The field holding each request's time (JSON and CSV).
+    #[arg(long, default_value = "time")]
+    time_field: String,
+    /// How that field is written (JSON and CSV).
+    #[arg(long, value_enum, default_value_t = TimeFormat::Auto)]
+    time_format: TimeFormat,
+    /// A field holding each request's cost in units (`-` and 0 cost nothing).
+    #[arg(long)]
+    cost_field: Option<String>,
+    /// Charge only requests with these statuses (such as `401,403` or
+    /// `4xx`); the others are only checked, as a layer charging by outcome.
+    #[arg(long)]
+    charge_status: Option<StatusSet>,
+    /// The field holding the status (JSON and CSV).
+    #[arg(long, default_value = "status")]
+    status_field: String,
+    /// Evaluate all policies as one atomic batch, as the admission layer
+    /// checks a route's policies, instead of each on its own.
+    #[arg(long)]
+    batch: bool,
+    /// How many of the most denied subjects to list per policy.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Show subjects as written (addresses, user names) instead of keyed
+    /// labels. Only for the operator's own eyes.
+    #[arg(long)]
+    raw_subjects: bool,
+    /// A file holding the secret (at least 32 bytes) labels are keyed with;
+    /// the same secret gives the same labels across runs. Default: the
+    /// `RUNLIMIT_SIM_KEY_SECRET` variable, else a random secret per run.
+    #[arg(long)]
+    key_secret_file: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print the report as CSV, one row per policy.
+    #[arg(long)]
+    csv: bool,
+    /// Also draw admitted and denied per minute as an SVG file.
+    #[arg(long)]
+    chart: Option<PathBuf>,
+    /// Lines longer than this many bytes are skipped as malformed.
+    #[arg(long, default_value_t = DEFAULT_MAX_LINE_LEN)]
+    max_line_len: usize,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// How many minutes the log covers.
+    #[arg(long, default_value_t = 60)]
+    minutes: u32,
+    /// Steady users.
+    #[arg(long, default_value_t = 500)]
+    users: u32,
+    /// The random seed; the same seed gives the same log.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where to write the log; standard output by default.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => replay(*args),
+        Command::Generate(args) => generate(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("runlimit-sim: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+fn replay(args: ReplayArgs) -> Result<()> {
+    let policies = std::fs::read_to_string(&args.policies)
+        .map_err(|error| format!("reading {}: {error}", args.policies.display()))?;
+    let set = PolicySet::from_toml(&policies)?;
+    let subject = args
+        .subject
+        .with_prefixes(args.ipv4_prefix, args.ipv6_prefix)?;
+    let mut spec = InputSpec::new(args.format, subject);
+    spec.time_field = Some(args.time_field);
+    spec.time_format = args.time_format;
+    spec.cost_field = args.cost_field;
+    spec.status_field = Some(args.status_field);
+    spec.read_status = args.charge_status.is_some();
+    spec.max_line_len = args.max_line_len;
+
+    let mut options = ReplayOptions::new(key_hasher(args.key_secret_file.as_ref())?);
+    options.mode = if args.batch {
+        Mode::Batch
+    } else {
+        Mode::Independent
+    };
+    options.charge = args.charge_status;
+    options.top = args.top;
+    options.raw_subjects = args.raw_subjects;
+    let mut replay = Replay::new(&set, options)?;
+
+    let (input, length): (Box<dyn BufRead>, Option<u64>) = match &args.log {
+        Some(path) if path.as_os_str() != "-" => {
+            let file =
+                File::open(path).map_err(|error| format!("opening {}: {error}", path.display()))?;
+            let length = file.metadata().ok().map(|metadata| metadata.len());
+            (Box::new(BufReader::with_capacity(1 << 20, file)), length)
+        }
+        _ => (Box::new(io::stdin().lock()), None),
+    };
+    let mut reader = Reader::new(input, &spec)?;
+    let progress = Progress::new(length);
+    replay.run(&mut reader, |consumed| progress.update(consumed))?;
+    progress.finish();
+
+    let report = replay.report();
+    if let Some(path) = &args.chart {
+        runlimit_sim::write_svg(&report, path)?;
+    }
+    let mut out = io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else if args.csv {
+        report.write_csv(&mut out)?;
+    } else {
+        write!(out, "{}", report.to_table())?;
+    }
+    Ok(())
+}
+
+fn key_hasher(file: Option<&PathBuf>) -> Result<KeyHasher> {
+    let secret = match file {
+        Some(path) => {
+            std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))?
+        }
+        None => match std::env::var_os("RUNLIMIT_SIM_KEY_SECRET") {
+            Some(secret) => secret.into_encoded_bytes(),
+            None => rand::random::<[u8; MIN_SECRET_LEN]>().to_vec(),
+        },
+    };
+    Ok(KeyHasher::new(&secret)?)
+}
+
+/// A progress bar that appears only when a run has lasted two seconds and
+/// standard error is a terminal.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Progress {
+    fn new(length: Option<u64>) -> Self {
+        let bar = match length {
+            Some(length) => {
+                ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::hidden())
+                    .with_style(
+                        ProgressStyle::with_template(
+                            "{bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                    )
+            }
+            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()).with_style(
+                ProgressStyle::with_template("{spinner} {bytes} read ({bytes_per_sec})")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        };
+        Self {
+            bar,
+            started: Instant::now(),
+            shown: std::cell::Cell::new(false),
+        }
+    }
+
+    fn update(&self, consumed: u64) {
+        if !self.shown.get()
+            && self.started.elapsed() > Duration::from_secs(2)
+            && io::stderr().is_terminal()
+        {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown.set(true);
+        }
+        self.bar.set_position(consumed);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn generate(args: &GenerateArgs) -> Result<()> {
+    let options = GenerateOptions {
+        minutes: args.minutes,
+        users: args.users,
+        seed: args.seed,
+        ..GenerateOptions::default()
+    };
+    let lines = match &args.output {
+        Some(path) => runlimit_sim::generate(File::create(path)?, &options)?,
+        None => runlimit_sim::generate(io::stdout().lock(), &options)?,
+    };
+    eprintln!("runlimit-sim: wrote {lines} lines");
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! A run: requests from a log, through the simulation, into tallies.
+
+use std::{collections::BTreeMap, io::BufRead, ops::RangeInclusive, str::FromStr, time::Duration};
+
+use runlimit_core::{
+    FixedWindowPolicy, KeyHasher, PolicyId, PreparedKeyHasher, ScopeId, SubjectKey,
+};
+
+use crate::{
+    engine::{Mode, Refusal, Simulation, SimulationError, Verdict},
+    input::{InputError, Malformed, Reader, Request},
+    policies::PolicySet,
+    report::{self, Report},
+    sketch::{Distinct, TopDenied},
+};
+
+/// Response statuses whose requests are charged; the others are only peeked
+/// (charge by outcome: count failed logins, not successful ones).
+///
+/// Parsed from a comma-separated list of statuses (`401`), ranges
+/// (`400-499`) and classes (`4xx`).
+///
+/// ```
+/// use runlimit_sim::StatusSet;
+///
+/// let failures: StatusSet = "401,403,5xx".parse()?;
+/// assert!(failures.contains(401) && failures.contains(503));
+/// assert!(!failures.contains(200));
+/// # Ok::<(), runlimit_sim::StatusSetError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusSet(Vec<RangeInclusive<u16>>);
+
+/// A status list that did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a status, a range like 400-499 or a class like 4xx")]
+pub struct StatusSetError(String);
+
+impl StatusSet {
+    /// Whether `status` is in the set.
+    #[must_use]
+    pub fn contains(&self, status: u16) -> bool {
+        self.0.iter().any(|range| range.contains(&status))
+    }
+}
+
+impl FromStr for StatusSet {
+    type Err = StatusSetError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let status = |item: &str| {
+            item.parse::<u16>()
+                .ok()
+                .filter(|status| (100..=999).contains(status))
+                .ok_or_else(|| StatusSetError(item.to_owned()))
+        };
+        text.split(',')
+            .map(str::trim)
+            .map(|item| {
+                if let Some(class) = item.strip_suffix("xx") {
+                    let class = class
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|class| (1..=9).contains(class))
+                        .ok_or_else(|| StatusSetError(item.to_owned()))?;
+                    Ok(class * 100..=class * 100 + 99)
+                } else if let Some((low, high)) = item.split_once('-') {
+                    let (low, high) = (status(low)?, status(high)?);
+                    if low > high {
+                        return Err(StatusSetError(item.to_owned()));
+                    }
+                    Ok(low..=high)
+                } else {
+                    status(item).map(|status| status..=status)
+                }
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+/// How a run replays and reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ReplayOptions {
+    /// Each candidate alone, or all as one batch.
+    pub mode: Mode,
+    /// Charge only requests with these statuses; `None` charges every one.
+    pub charge: Option<StatusSet>,
+    /// How many of the most denied subjects each row lists.
+    pub top: usize,
+    /// Show subjects as written instead of by their keyed label.
+    pub raw_subjects: bool,
+    /// The secret subjects are keyed with. A report's labels are stable for
+    /// one secret; the decisions do not depend on it.
+    pub hasher: KeyHasher,
+}
+
+impl ReplayOptions {
+    /// Independent candidates, every request charged, ten top subjects,
+    /// keyed labels.
+    #[must_use]
+    pub fn new(hasher: KeyHasher) -> Self {
+        Self {
+            mode: Mode::Independent,
+            charge: None,
+            top: 10,
+            raw_subjects: false,
+            hasher,
+        }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The input could not be read.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The simulation failed.
+    #[error(transparent)]
+    Simulation(#[from] SimulationError),
+}
+
+/// How many malformed lines a report lists by number.
+pub const MALFORMED_LISTED: usize = 10;
+
+/// Distinct subjects counted exactly before estimating.
+const EXACT_SUBJECTS: usize = 1 << 20;
+
+/// Stored keys are sampled once per this many requests, and at the end.
+pub const KEY_SAMPLE_INTERVAL: u64 = 64;
+
+/// The most minutes a chart's series holds; later requests land in the last.
+const MAX_MINUTES: usize = 1 << 20;
+
+/// A run in progress: feed it requests (or a whole [`Reader`]), then take
+/// its [`Report`].
+#[derive(Debug)]
+pub struct Replay {
+    simulation: Simulation,
+    set: PolicySet,
+    options: ReplayOptions,
+    keys: PreparedKeyHasher,
+    labels: PreparedKeyHasher,
+    subject_policy: FixedWindowPolicy,
+    input: report::InputTally,
+    rows: Vec<Tally>,
+    verdicts: Vec<Verdict>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Tally {
+    pub(crate) requests: u64,
+    pub(crate) admitted: u64,
+    pub(crate) denied: u64,
+    pub(crate) capacity: u64,
+    pub(crate) cost: u64,
+    pub(crate) denied_by: Vec<u64>,
+    pub(crate) subjects: Distinct,
+    pub(crate) top: TopDenied,
+    pub(crate) retry_seconds: BTreeMap<u64, u64>,
+    pub(crate) minutes: Vec<[u64; 2]>,
+    pub(crate) peak_keys: usize,
+}
+
+impl Replay {
+    /// Prepares a run of `set`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Simulation::new`].
+    pub fn new(set: &PolicySet, options: ReplayOptions) -> Result<Self, SimulationError> {
+        let simulation = Simulation::new(set, options.mode)?;
+        let rows = match options.mode {
+            Mode::Independent => set.candidates().len(),
+            Mode::Batch => 1,
+        };
+        // Keys and labels are derived under a policy of their own, so one
+        // subject has one key and one label across every candidate.
+        #[allow(clippy::unwrap_used)]
+        let subject_policy = FixedWindowPolicy::new(
+            PolicyId::new("runlimit.sim").unwrap(),
+            ScopeId::new("subject").unwrap(),
+            1,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let keep = options.top.saturating_mul(64).max(1_024);
+        Ok(Self {
+            simulation,
+            keys: store_key_hasher().prepared_for(&subject_policy),
+            labels: options.hasher.prepared_for(&subject_policy),
+            subject_policy,
+            input: report::InputTally::new(EXACT_SUBJECTS),
+            rows: (0..rows)
+                .map(|_| Tally {
+                    requests: 0,
+                    admitted: 0,
+                    denied: 0,
+                    capacity: 0,
+                    cost: 0,
+                    denied_by: vec![0; set.candidates().len()],
+                    subjects: Distinct::new(EXACT_SUBJECTS),
+                    top: TopDenied::new(keep),
+                    retry_seconds: BTreeMap::new(),
+                    minutes: Vec::new(),
+                    peak_keys: 0,
+                })
+                .collect(),
+            verdicts: Vec::with_capacity(rows),
+            set: set.clone(),
+            options,
+        })
+    }
+
+    /// The subject key the stores count `request` under.
+    ///
+    /// It is derived under a fixed key, not the options' secret: a full
+    /// store's bounded cleanup can depend on key bytes, and decisions must
+    /// not depend on how labels are keyed.
+    #[must_use]
+    pub fn subject_key(&self, request: &Request) -> SubjectKey {
+        self.keys.hash_for(&self.subject_policy, &request.subject)
+    }
+
+    /// Evaluates one request and tallies it. Returns the verdicts, one per
+    /// row of the report.
+    ///
+    /// # Errors
+    ///
+    /// As [`Simulation::evaluate`].
+    pub fn record(&mut self, request: &Request) -> Result<&[Verdict], SimulationError> {
+        let key = self.subject_key(request);
+        // Stored keys are uniform: 64 of their bits identify a subject in
+        // counts (a collision among a billion subjects is about 3%).
+        let bytes = key.as_bytes();
+        let subject = u64::from_be_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+        ]);
+        let charged = match (&self.options.charge, request.status) {
+            (None, _) => true,
+            (Some(set), Some(status)) => set.contains(status),
+            (Some(_), None) => false,
+        };
+        self.input
+            .request(request.at, subject, charged && request.cost > 0);
+        let verdicts = self
+            .simulation
+            .evaluate(request.at, key, request.cost, charged)?;
+        self.verdicts.clear();
+        self.verdicts.extend_from_slice(verdicts);
+        let origin = self.simulation.origin().unwrap_or(request.at);
+        let minute = usize::try_from(request.at.saturating_sub(origin) / 60_000_000_000)
+            .unwrap_or(0)
+            .min(MAX_MINUTES - 1);
+        let mut label = None;
+        for (tally, verdict) in self.rows.iter_mut().zip(&self.verdicts) {
+            tally.requests += 1;
+            if tally.minutes.len() <= minute {
+                tally.minutes.resize(minute + 1, [0, 0]);
+            }
+            match *verdict {
+                Verdict::Admitted => {
+                    tally.admitted += 1;
+                    tally.minutes[minute][0] += 1;
+                }
+                Verdict::Denied { policy, reason } => {
+                    tally.denied += 1;
+                    tally.minutes[minute][1] += 1;
+                    tally.denied_by[policy] += 1;
+                    match reason {
+                        Refusal::Quota { retry_after } => {
+                            if let Some(wait) = retry_after {
+                                *tally
+                                    .retry_seconds
+                                    .entry(runlimit_core::ceil_seconds(wait))
+                                    .or_default() += 1;
+                            }
+                        }
+                        Refusal::StorageCapacity => tally.capacity += 1,
+                        Refusal::CostAboveCapacity => tally.cost += 1,
+                    }
+                    tally.subjects.insert(subject);
+                    tally.top.add(subject, || {
+                        label
+                            .get_or_insert_with(|| {
+                                label_of(
+                                    &self.labels,
+                                    &self.subject_policy,
+                                    self.options.raw_subjects,
+                                    request,
+                                )
+                            })
+                            .clone()
+                    });
+                }
+            }
+        }
+        if self.input.requests().is_multiple_of(KEY_SAMPLE_INTERVAL) {
+            self.sample_keys();
+        }
+        Ok(&self.verdicts)
+    }
+
+    fn sample_keys(&mut self) {
+        for (tally, keys) in self.rows.iter_mut().zip(self.simulation.stored_keys()) {
+            tally.peak_keys = tally.peak_keys.max(keys);
+        }
+    }
+
+    /// Counts a line that could not be used.
+    pub fn skip(&mut self, line: u64, why: Malformed) {
+        self.input.malformed(line, why);
+    }
+
+    /// Replays every line of `reader`, calling `progress` with the bytes
+    /// consumed every 65,536 lines.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::Input`] when reading fails, and
+    /// [`ReplayError::Simulation`] as [`record`](Self::record).
+    pub fn run<R: BufRead>(
+        &mut self,
+        reader: &mut Reader<R>,
+        mut progress: impl FnMut(u64),
+    ) -> Result<(), ReplayError> {
+        let mut lines = 0u64;
+        loop {
+            match reader.next_request()? {
+                None => break,
+                Some((_, Ok(request))) => {
+                    self.record(request)?;
+                }
+                Some((line, Err(why))) => self.skip(line, why),
+            }
+            lines += 1;
+            if lines.is_multiple_of(65_536) {
+                progress(reader.consumed());
+            }
+        }
+        progress(reader.consumed());
+        Ok(())
+    }
+
+    /// The report so far.
+    #[must_use]
+    pub fn report(&mut self) -> Report {
+        self.sample_keys();
+        report::build(&self.set, &self.options, &self.input, &self.rows)
+    }
+}
+
+/// How a report names `request`'s subject: `k:` and 64 bits of its key under
+/// the report's secret, or the subject as written.
+fn label_of(
+    labels: &PreparedKeyHasher,
+    policy: &FixedWindowPolicy,
+    raw_subjects: bool,
+    request: &Request,
+) -> String {
+    if raw_subjects {
+        return request.subject_text();
+    }
+    let key = labels.hash_for(policy, &request.subject);
+    let bytes = key.as_bytes();
+    let high = u64::from_be_bytes([
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+    ]);
+    format!("k:{high:016x}")
+}
+
+/// The fixed key store keys are derived under. It guards nothing: store keys
+/// never leave the process, and labels use the report's own secret.
+fn store_key_hasher() -> KeyHasher {
+    #[allow(clippy::unwrap_used)]
+    KeyHasher::new(b"runlimit-sim store keys, fixed so decisions never vary").unwrap()
+}

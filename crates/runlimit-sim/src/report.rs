@@ -1,0 +1,545 @@
+//! What a run found, per candidate: as a terminal table, JSON or CSV.
+
+use std::{collections::BTreeMap, fmt::Write as _, io};
+
+use serde::Serialize;
+
+use crate::{
+    engine::Mode,
+    input::{Malformed, time::format_rfc3339},
+    policies::PolicySet,
+    replay::{MALFORMED_LISTED, ReplayOptions, Tally},
+    sketch::Distinct,
+};
+
+/// The whole report of a run.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// How candidates were evaluated.
+    pub mode: Mode,
+    /// Lines read, malformed included.
+    pub lines: u64,
+    /// Requests replayed.
+    pub requests: u64,
+    /// Requests only peeked: their status was not charged, or they cost
+    /// nothing.
+    pub uncharged: u64,
+    /// Lines that could not be used.
+    pub malformed: MalformedSummary,
+    /// The first request's time (RFC 3339).
+    pub first_request: Option<String>,
+    /// The last request's time (RFC 3339).
+    pub last_request: Option<String>,
+    /// Distinct subjects seen.
+    pub subjects: u64,
+    /// Whether `subjects` is exact (it is an estimate past a million).
+    pub subjects_exact: bool,
+    /// How subjects are shown: `keyed` (an HMAC label) or `raw`.
+    pub subject_labels: &'static str,
+    /// One row per candidate, or one for the batch.
+    pub rows: Vec<Row>,
+}
+
+/// Malformed lines: how many, why, and the first few by number.
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct MalformedSummary {
+    /// Lines skipped.
+    pub count: u64,
+    /// Lines skipped per reason.
+    pub by_reason: BTreeMap<String, u64>,
+    /// The first lines skipped, with their reason.
+    pub first: Vec<MalformedLine>,
+}
+
+/// One skipped line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct MalformedLine {
+    /// 1-based line number (for CSV, the record's first line).
+    pub line: u64,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// What one candidate (or the batch) did.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Row {
+    /// The candidate's id, or `batch` for all of them together.
+    pub policy: String,
+    /// Its algorithm.
+    pub algorithm: String,
+    /// Its quota, as `100 per 1m` or `10 per 1s, burst 20`.
+    pub quota: String,
+    /// Requests evaluated.
+    pub requests: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests refused, for any reason.
+    pub denied: u64,
+    /// `denied / requests`.
+    pub denied_share: f64,
+    /// Refused because the store was full of live keys.
+    pub denied_for_capacity: u64,
+    /// Refused because the cost exceeds what the policy can ever admit.
+    pub denied_for_cost: u64,
+    /// Distinct subjects refused at least once.
+    pub subjects_denied: u64,
+    /// Whether `subjects_denied` is exact.
+    pub subjects_denied_exact: bool,
+    /// `subjects_denied` over every subject of the log.
+    pub subjects_denied_share: f64,
+    /// `Retry-After` of quota refusals, in whole seconds.
+    pub retry_after_seconds: Option<Quantiles>,
+    /// The most keys the store held (sampled every 64 requests and at the end).
+    pub peak_keys: u64,
+    /// `peak_keys` times the memory store's documented cost per key.
+    pub peak_bytes: u64,
+    /// The most refused subjects, most first.
+    pub top_denied: Vec<TopSubject>,
+    /// How much a `top_denied` count may exceed the truth: zero while exact.
+    pub top_denied_error: u64,
+    /// For a batch: refusals per candidate.
+    pub denied_by: BTreeMap<String, u64>,
+    /// Admitted and denied per minute from the first request, for charts.
+    #[serde(skip)]
+    pub per_minute: Vec<[u64; 2]>,
+}
+
+/// Nearest-rank percentiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Quantiles {
+    /// The median.
+    pub p50: u64,
+    /// The 99th percentile.
+    pub p99: u64,
+    /// The largest.
+    pub max: u64,
+}
+
+/// A refused subject and how often.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TopSubject {
+    /// `k:` and 64 bits of the subject's HMAC key, or the subject as written.
+    pub subject: String,
+    /// Refusals.
+    pub denied: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct InputTally {
+    requests: u64,
+    uncharged: u64,
+    first: Option<i64>,
+    last: Option<i64>,
+    subjects: Distinct,
+    malformed: MalformedSummary,
+    reasons: BTreeMap<Malformed, u64>,
+}
+
+impl InputTally {
+    pub(crate) fn new(exact_subjects: usize) -> Self {
+        Self {
+            requests: 0,
+            uncharged: 0,
+            first: None,
+            last: None,
+            subjects: Distinct::new(exact_subjects),
+            malformed: MalformedSummary::default(),
+            reasons: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub(crate) fn request(&mut self, at: i64, subject: u64, charged: bool) {
+        self.requests += 1;
+        self.uncharged += u64::from(!charged);
+        self.first.get_or_insert(at);
+        self.last = Some(at);
+        self.subjects.insert(subject);
+    }
+
+    pub(crate) fn malformed(&mut self, line: u64, why: Malformed) {
+        self.malformed.count += 1;
+        *self.reasons.entry(why).or_default() += 1;
+        if self.malformed.first.len() < MALFORMED_LISTED {
+            self.malformed.first.push(MalformedLine {
+                line,
+                reason: why.to_string(),
+            });
+        }
+    }
+}
+
+pub(crate) fn build(
+    set: &PolicySet,
+    options: &ReplayOptions,
+    input: &InputTally,
+    rows: &[Tally],
+) -> Report {
+    let (subjects, subjects_exact) = input.subjects.count();
+    let candidates = set.candidates();
+    let share = |part: u64, whole: u64| {
+        #[allow(clippy::cast_precision_loss)]
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 / whole as f64
+        }
+    };
+    let rows = rows
+        .iter()
+        .enumerate()
+        .map(|(index, tally)| {
+            let (policy, algorithm, quota, bytes_per_key) = match options.mode {
+                Mode::Batch => (
+                    "batch".to_owned(),
+                    candidates[0].algorithm().to_owned(),
+                    candidates
+                        .iter()
+                        .map(|candidate| format!("{}: {candidate}", candidate.id()))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    candidates[0].bytes_per_key(),
+                ),
+                Mode::Independent => {
+                    let candidate = &candidates[index];
+                    (
+                        candidate.id().to_owned(),
+                        candidate.algorithm().to_owned(),
+                        candidate.to_string(),
+                        candidate.bytes_per_key(),
+                    )
+                }
+            };
+            let (subjects_denied, subjects_denied_exact) = tally.subjects.count();
+            Row {
+                policy,
+                algorithm,
+                quota,
+                requests: tally.requests,
+                admitted: tally.admitted,
+                denied: tally.denied,
+                denied_share: share(tally.denied, tally.requests),
+                denied_for_capacity: tally.capacity,
+                denied_for_cost: tally.cost,
+                subjects_denied,
+                subjects_denied_exact,
+                subjects_denied_share: share(subjects_denied, subjects),
+                retry_after_seconds: quantiles(&tally.retry_seconds),
+                peak_keys: tally.peak_keys as u64,
+                peak_bytes: tally.peak_keys as u64 * bytes_per_key,
+                top_denied: tally
+                    .top
+                    .top(options.top)
+                    .into_iter()
+                    .map(|(_, denied)| TopSubject {
+                        subject: denied.label.clone(),
+                        denied: denied.count,
+                    })
+                    .collect(),
+                top_denied_error: tally.top.error(),
+                denied_by: match options.mode {
+                    Mode::Batch => candidates
+                        .iter()
+                        .zip(&tally.denied_by)
+                        .map(|(candidate, &denied)| (candidate.id().to_owned(), denied))
+                        .collect(),
+                    Mode::Independent => BTreeMap::new(),
+                },
+                per_minute: tally.minutes.clone(),
+            }
+        })
+        .collect();
+    let mut malformed = input.malformed.clone();
+    malformed.by_reason = input
+        .reasons
+        .iter()
+        .map(|(why, &count)| (why.to_string(), count))
+        .collect();
+    Report {
+        mode: options.mode,
+        lines: input.requests + malformed.count,
+        requests: input.requests,
+        uncharged: input.uncharged,
+        malformed,
+        first_request: input.first.map(format_rfc3339),
+        last_request: input.last.map(format_rfc3339),
+        subjects,
+        subjects_exact,
+        subject_labels: if options.raw_subjects { "raw" } else { "keyed" },
+        rows,
+    }
+}
+
+fn quantiles(histogram: &BTreeMap<u64, u64>) -> Option<Quantiles> {
+    let total: u64 = histogram.values().sum();
+    if total == 0 {
+        return None;
+    }
+    // Nearest rank: the smallest value with at least p% of the samples at or
+    // below it.
+    let rank = |percent: u64| {
+        let wanted = (total * percent).div_ceil(100).max(1);
+        let mut seen = 0;
+        for (&value, &count) in histogram {
+            seen += count;
+            if seen >= wanted {
+                return value;
+            }
+        }
+        0
+    };
+    Some(Quantiles {
+        p50: rank(50),
+        p99: rank(99),
+        max: histogram.keys().next_back().copied().unwrap_or(0),
+    })
+}
+
+impl Report {
+    /// The comparison table an operator reads in a terminal.
+    #[must_use]
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let span = match (&self.first_request, &self.last_request) {
+            (Some(first), Some(last)) => format!(", {first} to {last}"),
+            _ => String::new(),
+        };
+        let approx = if self.subjects_exact { "" } else { "≈" };
+        let _ = writeln!(
+            out,
+            "{} requests from {approx}{} subjects{span}; {} uncharged; {} malformed lines",
+            self.requests, self.subjects, self.uncharged, self.malformed.count
+        );
+        let header = [
+            "policy",
+            "quota",
+            "admitted",
+            "denied",
+            "denied %",
+            "subjects denied",
+            "retry p50/p99/max",
+            "peak keys",
+            "peak bytes",
+        ];
+        let cells: Vec<[String; 9]> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let approx = if row.subjects_denied_exact { "" } else { "≈" };
+                [
+                    row.policy.clone(),
+                    row.quota.clone(),
+                    row.admitted.to_string(),
+                    row.denied.to_string(),
+                    format!("{:.2}", row.denied_share * 100.0),
+                    format!(
+                        "{approx}{} ({:.2}%)",
+                        row.subjects_denied,
+                        row.subjects_denied_share * 100.0
+                    ),
+                    row.retry_after_seconds.map_or_else(
+                        || "-".to_owned(),
+                        |q| format!("{}s/{}s/{}s", q.p50, q.p99, q.max),
+                    ),
+                    row.peak_keys.to_string(),
+                    human_bytes(row.peak_bytes),
+                ]
+            })
+            .collect();
+        let widths: Vec<usize> = (0..header.len())
+            .map(|column| {
+                cells
+                    .iter()
+                    .map(|row| row[column].chars().count())
+                    .chain([header[column].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut line = |values: &mut dyn Iterator<Item = &str>| {
+            let mut text = String::new();
+            for (column, value) in values.enumerate() {
+                let pad = widths[column].saturating_sub(value.chars().count());
+                // Text columns left-aligned, numbers right-aligned.
+                if column < 2 {
+                    let _ = write!(text, "{value}{}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(text, "{}{value}  ", " ".repeat(pad));
+                }
+            }
+            let _ = writeln!(out, "{}", text.trim_end());
+        };
+        line(&mut header.iter().copied());
+        for row in &cells {
+            line(&mut row.iter().map(String::as_str));
+        }
+        for row in &self.rows {
+            if !row.denied_by.is_empty() {
+                let by: Vec<String> = row
+                    .denied_by
+                    .iter()
+                    .map(|(policy, denied)| format!("{policy} {denied}"))
+                    .collect();
+                let _ = writeln!(out, "\n{} refused by: {}", row.policy, by.join(", "));
+            }
+            if row.denied_for_capacity + row.denied_for_cost > 0 {
+                let _ = writeln!(
+                    out,
+                    "{}: {} refused because the store was full, {} because the cost exceeds the policy",
+                    row.policy, row.denied_for_capacity, row.denied_for_cost
+                );
+            }
+        }
+        let shown = if self.subject_labels == "raw" {
+            "as written"
+        } else {
+            "by keyed label"
+        };
+        for row in &self.rows {
+            if row.top_denied.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\nmost denied for {} ({shown}):", row.policy);
+            for top in &row.top_denied {
+                let _ = writeln!(out, "  {:>10}  {}", top.denied, top.subject);
+            }
+            if row.top_denied_error > 0 {
+                let _ = writeln!(
+                    out,
+                    "  (counts may be high by up to {})",
+                    row.top_denied_error
+                );
+            }
+        }
+        if self.malformed.count > 0 {
+            let reasons: Vec<String> = self
+                .malformed
+                .by_reason
+                .iter()
+                .map(|(reason, count)| format!("{count} {reason}"))
+                .collect();
+            let first: Vec<String> = self
+                .malformed
+                .first
+                .iter()
+                .map(|line| format!("line {} ({})", line.line, line.reason))
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nmalformed lines skipped: {}; first: {}",
+                reasons.join(", "),
+                first.join(", ")
+            );
+        }
+        out
+    }
+
+    /// The rows as CSV, one per candidate (top subjects as
+    /// `subject=count` joined by `;`).
+    ///
+    /// # Errors
+    ///
+    /// Writing to `out` failed.
+    pub fn write_csv(&self, out: impl io::Write) -> io::Result<()> {
+        let mut writer = csv::Writer::from_writer(out);
+        writer.write_record([
+            "policy",
+            "algorithm",
+            "quota",
+            "requests",
+            "admitted",
+            "denied",
+            "denied_share",
+            "denied_for_capacity",
+            "denied_for_cost",
+            "subjects_denied",
+            "subjects_denied_share",
+            "retry_after_p50_s",
+            "retry_after_p99_s",
+            "retry_after_max_s",
+            "peak_keys",
+            "peak_bytes",
+            "top_denied",
+        ])?;
+        for row in &self.rows {
+            let retry = |pick: fn(&Quantiles) -> u64| {
+                row.retry_after_seconds
+                    .as_ref()
+                    .map_or_else(String::new, |q| pick(q).to_string())
+            };
+            writer.write_record([
+                row.policy.clone(),
+                row.algorithm.clone(),
+                row.quota.clone(),
+                row.requests.to_string(),
+                row.admitted.to_string(),
+                row.denied.to_string(),
+                format!("{:.6}", row.denied_share),
+                row.denied_for_capacity.to_string(),
+                row.denied_for_cost.to_string(),
+                row.subjects_denied.to_string(),
+                format!("{:.6}", row.subjects_denied_share),
+                retry(|q| q.p50),
+                retry(|q| q.p99),
+                retry(|q| q.max),
+                row.peak_keys.to_string(),
+                row.peak_bytes.to_string(),
+                row.top_denied
+                    .iter()
+                    .map(|top| format!("{}={}", top.subject, top.denied))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            ])?;
+        }
+        writer.flush()
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_take_the_nearest_rank() {
+        let histogram: BTreeMap<u64, u64> = [(1, 98), (5, 1), (60, 1)].into_iter().collect();
+        assert_eq!(
+            quantiles(&histogram),
+            Some(Quantiles {
+                p50: 1,
+                p99: 5,
+                max: 60
+            })
+        );
+        assert_eq!(quantiles(&BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn bytes_read_in_binary_units() {
+        assert_eq!(human_bytes(85), "85 B");
+        assert_eq!(human_bytes(85 << 20), "85.0 MiB");
+    }
+}

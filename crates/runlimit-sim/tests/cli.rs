@@ -1,0 +1,211 @@
+//! The `runlimit-sim` binary as an operator runs it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+const POLICIES: &str = r#"
+max_keys = 100000
+
+[[policy]]
+algorithm = "fixed_window"
+id = "login.fixed"
+scope = "ip"
+limit = 60
+window = { secs = 60, nanos = 0 }
+
+[[policy]]
+algorithm = "sliding_window"
+id = "login.sliding"
+scope = "ip"
+limit = 60
+window = { secs = 60, nanos = 0 }
+
+[[policy]]
+algorithm = "gcra"
+id = "login.gcra"
+scope = "ip"
+quota = 60
+period = { secs = 60, nanos = 0 }
+burst_capacity = 20
+"#;
+
+/// A directory of this test's own, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+fn sim(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runlimit-sim"))
+        .args(args)
+        .current_dir(dir)
+        .env(
+            "RUNLIMIT_SIM_KEY_SECRET",
+            "cli test secret of at least 32 bytes",
+        )
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8 output")
+}
+
+#[test]
+fn generate_then_replay_reports_the_burst_and_the_crawler() {
+    let dir = scratch("generate_then_replay");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    stdout(&sim(
+        &[
+            "generate",
+            "--minutes",
+            "20",
+            "--users",
+            "100",
+            "-o",
+            "access.log",
+        ],
+        &dir,
+    ));
+
+    let json = stdout(&sim(
+        &[
+            "replay",
+            "-p",
+            "policies.toml",
+            "--json",
+            "--chart",
+            "chart.svg",
+            "access.log",
+        ],
+        &dir,
+    ));
+    let report: serde_json::Value = serde_json::from_str(&json).expect("JSON report");
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        // The 40 stuffing machines and the crawler are refused; steady
+        // users, at one request per 20 s, are not.
+        assert_eq!(row["subjects_denied"], 41, "{row}");
+        assert!(row["denied"].as_u64().expect("a count") > 1_000, "{row}");
+        assert_eq!(row["top_denied"].as_array().expect("a list").len(), 10);
+    }
+    assert_eq!(report["malformed"]["count"], 0);
+    let chart = std::fs::read_to_string(dir.join("chart.svg")).expect("a chart");
+    assert!(chart.starts_with("<svg") && chart.contains("login.gcra"));
+
+    // The same secret gives the same report, labels included.
+    let again = stdout(&sim(
+        &["replay", "-p", "policies.toml", "--json", "access.log"],
+        &dir,
+    ));
+    assert_eq!(json, again);
+
+    let csv = stdout(&sim(
+        &["replay", "-p", "policies.toml", "--csv", "access.log"],
+        &dir,
+    ));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[0].starts_with("policy,algorithm,quota,requests,admitted,denied"));
+
+    let table = stdout(&sim(&["replay", "-p", "policies.toml", "access.log"], &dir));
+    assert!(table.contains("login.sliding") && table.contains("most denied"));
+    assert!(
+        !table.contains("203.0.113."),
+        "keyed labels by default:\n{table}"
+    );
+    let raw = stdout(&sim(
+        &[
+            "replay",
+            "-p",
+            "policies.toml",
+            "--raw-subjects",
+            "--top",
+            "50",
+            "access.log",
+        ],
+        &dir,
+    ));
+    assert!(
+        raw.contains("203.0.113.") && raw.contains("192.0.2.10"),
+        "{raw}"
+    );
+}
+
+#[test]
+fn mistakes_are_refused_before_anything_is_replayed() {
+    let dir = scratch("mistakes");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    std::fs::write(
+        dir.join("bad.toml"),
+        POLICIES.replace("limit = 60", "limit = 0"),
+    )
+    .expect("writable");
+    std::fs::write(dir.join("access.log"), "").expect("writable");
+    for (args, says) in [
+        (
+            &["replay", "-p", "bad.toml", "access.log"][..],
+            "invalid policy file",
+        ),
+        (
+            &["replay", "-p", "policies.toml", "--batch", "access.log"],
+            "one algorithm",
+        ),
+        (
+            &["replay", "-p", "policies.toml", "-s", "ip+", "access.log"],
+            "empty",
+        ),
+        (
+            &[
+                "replay",
+                "-p",
+                "policies.toml",
+                "-s",
+                "referrer_name",
+                "access.log",
+            ],
+            "no field",
+        ),
+        (
+            &[
+                "replay",
+                "-p",
+                "policies.toml",
+                "--ipv4-prefix",
+                "33",
+                "access.log",
+            ],
+            "at most 32",
+        ),
+        (
+            &[
+                "replay",
+                "-p",
+                "policies.toml",
+                "--charge-status",
+                "4x",
+                "access.log",
+            ],
+            "not a status",
+        ),
+        (
+            &["replay", "-p", "policies.toml", "missing.log"],
+            "missing.log",
+        ),
+    ] {
+        let output = sim(args, &dir);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -1,0 +1,154 @@
+//! Malformed input is counted with its line numbers and skipped; it never
+//! stops a run and never panics.
+
+use proptest::prelude::*;
+use runlimit_core::KeyHasher;
+use runlimit_sim::{
+    Format, InputSpec, Malformed, PolicySet, Reader, Replay, ReplayOptions, SubjectSpec,
+};
+
+const POLICY: &str = r#"
+    [[policy]]
+    algorithm = "fixed_window"
+    id = "one"
+    scope = "ip"
+    limit = 100
+    window = { secs = 60, nanos = 0 }
+"#;
+
+fn replay(log: &[u8], spec: &InputSpec) -> runlimit_sim::Report {
+    let set = PolicySet::from_toml(POLICY).expect("valid policies");
+    let hasher = KeyHasher::new(b"malformed tests secret, 32 bytes+").expect("a long secret");
+    let mut replay = Replay::new(&set, ReplayOptions::new(hasher)).expect("a valid simulation");
+    let mut reader = Reader::new(log, spec).expect("a readable log");
+    replay
+        .run(&mut reader, |_| {})
+        .expect("malformed lines do not stop a run");
+    replay.report()
+}
+
+const GOOD: &str = r#"192.0.2.1 - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 10 "-" "ua""#;
+
+#[test]
+fn clf_lines_that_cannot_be_used_are_counted_by_number_and_reason() {
+    let mut log = Vec::new();
+    let mut push = |line: &[u8]| {
+        log.extend_from_slice(line);
+        log.push(b'\n');
+    };
+    push(GOOD.as_bytes()); // 1
+    push(&GOOD.as_bytes()[..40]); // 2: truncated inside the request
+    push(GOOD.replace("01/Jan/2026", "01/Jam/2026").as_bytes()); // 3: bad date
+    push(GOOD.replace("192.0.2.1", "192.0.2.\u{fffd}").as_bytes()); // 4: not an address
+    let mut invalid_utf8 = GOOD.replace("192.0.2.1", "192.0.2.X").into_bytes();
+    invalid_utf8[8] = 0xff; // 5: invalid UTF-8 in the host
+    push(&invalid_utf8);
+    let mut agent = GOOD.replace("\"ua\"", "\"ua \u{1}\"").into_bytes();
+    let at = agent.len() - 3;
+    agent[at] = 0xfe; // 6: invalid UTF-8 in the user agent is just bytes
+    push(&agent);
+    push(format!("{GOOD}{}", "x".repeat(100_000)).as_bytes()); // 7: huge
+    push(b""); // 8: empty
+    push(GOOD.as_bytes()); // 9
+
+    let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+    let report = replay(&log, &spec);
+    assert_eq!(report.requests, 3, "lines 1, 6 and 9");
+    assert_eq!(report.malformed.count, 6);
+    assert_eq!(report.lines, 9);
+    let numbered: Vec<(u64, String)> = report
+        .malformed
+        .first
+        .iter()
+        .map(|line| (line.line, line.reason.clone()))
+        .collect();
+    assert_eq!(
+        numbered,
+        [
+            (2, Malformed::Syntax.to_string()),
+            (3, Malformed::BadTime.to_string()),
+            (4, Malformed::BadAddress.to_string()),
+            (5, Malformed::BadAddress.to_string()),
+            (7, Malformed::TooLong.to_string()),
+            (8, Malformed::Syntax.to_string()),
+        ]
+    );
+    assert_eq!(
+        report.malformed.by_reason.get("unreadable client address"),
+        Some(&2)
+    );
+    // The report names lines, never their content.
+    let json = serde_json::to_string(&report).expect("serializes");
+    assert!(!json.contains("192.0.2"), "{json}");
+}
+
+#[test]
+fn json_and_csv_skip_what_they_cannot_read() {
+    let json = b"{\"time\":\"2026-01-01T00:00:00Z\",\"ip\":\"192.0.2.1\"}\n\
+                 {\"time\":\"2026-01-01T00:00:01Z\",\"ip\":\"192.0.2.1\"\n\
+                 [1,2,3]\n\
+                 {\"time\":\"not a time\",\"ip\":\"192.0.2.1\"}\n\
+                 {\"time\":\"2026-01-01T00:00:02Z\"}\n\
+                 {\"time\":\"2026-01-01T00:00:03Z\",\"ip\":\"\xff\"}\n";
+    let report = replay(
+        json,
+        &InputSpec::new(Format::Json, SubjectSpec::client_address()),
+    );
+    assert_eq!(report.requests, 1);
+    let reasons: Vec<String> = report
+        .malformed
+        .first
+        .iter()
+        .map(|l| l.reason.clone())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "not in the log format",
+            "not in the log format",
+            "unreadable time",
+            "no subject",
+            "not in the log format"
+        ]
+    );
+
+    let csv = b"time,ip\n2026-01-01T00:00:00Z,192.0.2.1\n2026-01-01T00:00:01Z\n\"unterminated,192.0.2.1\n";
+    let report = replay(
+        csv,
+        &InputSpec::new(Format::Csv, SubjectSpec::client_address()),
+    );
+    assert_eq!(report.requests, 1);
+    assert_eq!(report.malformed.first[0].line, 3);
+}
+
+fn any_line() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        // Arbitrary bytes.
+        proptest::collection::vec(any::<u8>(), 0..200),
+        // A real line, cut and spliced with junk.
+        (0..GOOD.len(), proptest::collection::vec(any::<u8>(), 0..20)).prop_map(|(cut, junk)| {
+            let mut line = GOOD.as_bytes()[..cut].to_vec();
+            line.extend(junk);
+            line
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn no_input_panics_or_stops_a_run(lines in proptest::collection::vec(any_line(), 0..20)) {
+        let log: Vec<u8> = lines.join(&b'\n');
+        // A line ends at a newline or at the end of a log that does not end with one.
+        let newlines = log.iter().filter(|&&b| b == b'\n').count() as u64;
+        let line_count = newlines + u64::from(log.last().is_some_and(|&b| b != b'\n'));
+        for format in [Format::Clf, Format::Json] {
+            let report = replay(&log, &InputSpec::new(format, SubjectSpec::client_address()));
+            prop_assert_eq!(report.requests + report.malformed.count, line_count);
+        }
+        let mut csv = b"time,ip\n".to_vec();
+        csv.extend_from_slice(&log);
+        let _ = replay(&csv, &InputSpec::new(Format::Csv, SubjectSpec::client_address()));
+    }
+}
