@@ -435,3 +435,11 @@ fn decisions_do_not_depend_on_the_label_secret() {
         "labels follow the secret"
     );
 }
+
+#[test]
+fn the_readme_policy_file_is_valid() {
+    let set = PolicySet::from_toml(include_str!("../policies/login.toml")).expect("valid");
+    let ids: Vec<&str> = set.candidates().iter().map(|c| c.id()).collect();
+    assert_eq!(ids, ["login.fixed", "login.sliding", "login.gcra"]);
+    assert_eq!(set.store_config().max_keys(), 100_000);
+}
