@@ -16,7 +16,11 @@ use tower::retry::budget::Budget;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ByOrigin, HoldObserver, NoRetry, PartitionKey, Replay, holds::Holds, pace::Pacer};
+use crate::{
+    ByOrigin, HoldObserver, NoRetry, Partition, PartitionKey, Replay,
+    holds::{Holds, MAX_PROBE_WAIT, Retry, Ticket, Turn},
+    pace::Pacer,
+};
 
 /// The most times one request is sent again.
 pub(crate) const MAX_RETRIES: u32 = 2;
@@ -98,12 +102,90 @@ impl Core {
     }
 
     pub(crate) fn pace(&mut self) -> Result<(), HoldLayerError> {
-        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
+        let max = self.holds.max();
+        self.pacer = Some(Arc::new(Pacer::new(max)?));
+        // A builder step: no request has used the holds yet.
+        self.holds = Arc::new(Holds::paced(max));
         Ok(())
     }
 
     pub(crate) fn observe(&mut self, observer: impl HoldObserver) {
         self.observer = Observer(Some(Arc::new(observer)));
+    }
+
+    /// Waits until a request to `partition` may go (its hold, its probe's
+    /// answer, its pace), starting from `turn` when the caller already
+    /// asked, and lets it go. A hold's end is pushed back by `spread`.
+    pub(crate) async fn wait_turn(
+        &self,
+        partition: Option<Partition>,
+        mut turn: Option<Turn>,
+        spread: Duration,
+    ) -> Outstanding {
+        let Some(partition) = partition else {
+            return Outstanding {
+                holds: Arc::clone(&self.holds),
+                ticket: None,
+            };
+        };
+        let ticket = loop {
+            match turn
+                .take()
+                .unwrap_or_else(|| self.holds.turn(partition, Instant::now()))
+            {
+                Turn::Go(ticket) => break ticket,
+                Turn::Until(until) => tokio::time::sleep_until(until + spread).await,
+                Turn::Probing(answered) => {
+                    if tokio::time::timeout(MAX_PROBE_WAIT, answered)
+                        .await
+                        .is_err()
+                    {
+                        break self.holds.go_anyway(partition, Instant::now());
+                    }
+                }
+            }
+        };
+        // From here a dropped request releases its partition's probe.
+        let outstanding = Outstanding {
+            holds: Arc::clone(&self.holds),
+            ticket,
+        };
+        if let Some(pacer) = &self.pacer {
+            pacer.turn(partition).await;
+        }
+        outstanding
+    }
+}
+
+/// A request let go and not yet answered. Dropped unanswered (its send
+/// failed, or its future was dropped), it lets another request probe.
+#[derive(Debug)]
+pub(crate) struct Outstanding {
+    holds: Arc<Holds>,
+    ticket: Option<Ticket>,
+}
+
+impl Outstanding {
+    /// Records the answer (see `Holds::answered`) and says whether to send
+    /// the request again.
+    pub(crate) fn answered(
+        mut self,
+        status: StatusCode,
+        headers: &http::HeaderMap,
+        replayable: bool,
+        budget: Option<&(dyn Budget + Send + Sync)>,
+    ) -> Option<Retry> {
+        let ticket = self.ticket.take();
+        self.holds
+            .answered(ticket, status, headers, replayable, budget)
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.holds.unanswered(ticket);
+        }
     }
 }
 
@@ -122,11 +204,19 @@ impl fmt::Debug for Observer {
 }
 
 impl Observer {
-    pub(crate) fn waited(&self, waited: Duration) {
-        if let Some(observer) = &self.0
-            && !waited.is_zero()
-        {
-            observer.on_wait(waited);
+    /// When a wait began, if anyone is told of waits: the clock is read only
+    /// then.
+    pub(crate) fn start(&self) -> Option<Instant> {
+        self.0.is_some().then(Instant::now)
+    }
+
+    /// Tells of the wait since `began` (from [`start`](Self::start)).
+    pub(crate) fn waited(&self, began: Option<Instant>) {
+        if let (Some(observer), Some(began)) = (&self.0, began) {
+            let waited = began.elapsed();
+            if !waited.is_zero() {
+                observer.on_wait(waited);
+            }
         }
     }
 
@@ -182,11 +272,14 @@ impl<K, R> HoldLayer<K, R> {
 
     /// Also paces each partition to the policy its server advertises
     /// (`RateLimit-Policy`, the slowest of its policies), with Runlimit's own
-    /// GCRA: requests are sent one at a time at that rate (a fiftieth
-    /// slower, so that no window of the server's gets more than its quota),
-    /// so that concurrent callers spread over the window instead of
-    /// bursting into a refusal. A partition is paced from its first response
-    /// with the field on; the pacing state is bounded like the holds.
+    /// GCRA: requests are sent one at a time at that rate (a five-hundredth
+    /// slower, for a server's clock that runs a little fast), so that
+    /// concurrent callers spread over the window instead of bursting into a
+    /// refusal when a window opens. A partition is paced from its first
+    /// response with the field on (the first request goes alone, see the
+    /// crate docs); the units each answer says are left still bound what is
+    /// sent, so a network that bunches paced requests together cannot push
+    /// a window over its quota. The pacing state is bounded like the holds.
     ///
     /// # Errors
     ///
@@ -290,11 +383,14 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let partition = self.key.partition(&request);
-        // A paced request may wait its turn: like a held one, it is made
-        // ready only when it goes.
-        let held = partition.is_some_and(|partition| {
-            self.core.pacer.is_some() || self.core.holds.until(partition, Instant::now()).is_some()
-        });
+        let first = partition.map(|partition| self.core.holds.turn(partition, Instant::now()));
+        // A request that waits (held, probing, or paced) is made ready only
+        // when it goes.
+        let held = match &first {
+            None => false,
+            Some(Turn::Go(_)) => self.core.pacer.is_some(),
+            Some(_) => true,
+        };
         // A request sent now takes the service made ready for it, leaving a
         // clone; a held one takes a clone and is made ready after its hold,
         // so it reserves nothing (a buffer's slot, say) while it waits.
@@ -304,33 +400,21 @@ where
         } else {
             std::mem::replace(&mut self.inner, clone)
         };
-        let (
-            Core {
-                holds,
-                pacer,
-                observer,
-            },
-            retries,
-        ) = (self.core.clone(), self.retries.clone());
+        let (core, retries) = (self.core.clone(), self.retries.clone());
         if let Some(budget) = &retries.budget {
             budget.deposit();
         }
         Box::pin(async move {
             let mut request = request;
+            let mut first = first;
             let mut sent = 0;
             // Added to the end of the hold before a retry, to spread retries.
             let mut spread = Duration::ZERO;
             loop {
-                let began = Instant::now();
-                let until = partition.and_then(|partition| holds.until(partition, began));
-                if let Some(until) = until {
-                    tokio::time::sleep_until(until + spread).await;
-                }
-                if let (Some(pacer), Some(partition)) = (&pacer, partition) {
-                    pacer.turn(partition).await;
-                }
-                observer.waited(began.elapsed());
-                if held || until.is_some() || sent > 0 {
+                let began = core.observer.start();
+                let outstanding = core.wait_turn(partition, first.take(), spread).await;
+                core.observer.waited(began);
+                if held || sent > 0 {
                     poll_fn(|cx| inner.poll_ready(cx)).await?;
                 }
                 let again = (sent < MAX_RETRIES)
@@ -338,11 +422,10 @@ where
                     .flatten();
                 let response = inner.call(request).await?;
                 sent += 1;
-                if let (Some(pacer), Some(partition)) = (&pacer, partition) {
+                if let (Some(pacer), Some(partition)) = (&core.pacer, partition) {
                     pacer.learn(partition, response.headers());
                 }
-                let retry = holds.after_response(
-                    partition,
+                let retry = outstanding.answered(
                     response.status(),
                     response.headers(),
                     again.is_some(),
@@ -350,7 +433,7 @@ where
                 );
                 match (again, retry) {
                     (Some(copy), Some(retry)) => {
-                        observer.retrying();
+                        core.observer.retrying();
                         // The refusal is not returned: release it (and its
                         // connection) before waiting.
                         drop(response);
@@ -359,7 +442,7 @@ where
                         request = copy;
                     }
                     _ => {
-                        observer.returned(response.status());
+                        core.observer.returned(response.status());
                         return Ok(response);
                     }
                 }

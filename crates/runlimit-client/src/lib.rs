@@ -19,7 +19,18 @@
 //!   `grpc-retry-pushback-ms`.
 //!
 //! The longest of these wins, measured against the response's `Date` when it
-//! has one. A partition is, by default, the request's origin ([`ByOrigin`]);
+//! has one.
+//!
+//! The layer also counts. While nothing is known of a partition, its first
+//! request goes alone and the others wait for its answer (at most two
+//! seconds, so that a slow API is not serialized). An answer that reports
+//! the units left and when they reset (`RateLimit`'s `r` with `t`,
+//! `X-RateLimit-Remaining` with `-Reset`) lets at most that many more
+//! requests go before the reset, less those still unanswered (the server may
+//! count them in any order); the rest wait for the reset, and the next
+//! request then learns the new window's quota alone. So many concurrent
+//! callers are not sent into a refusal even before any response said the
+//! quota is exhausted. A partition is, by default, the request's origin ([`ByOrigin`]);
 //! any function of the request can name it instead (a per-token or
 //! per-tenant quota), and partitions are kept as hashes, never as the values
 //! they were derived from. The layer keeps at most a configured number of

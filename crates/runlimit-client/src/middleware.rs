@@ -127,9 +127,7 @@ impl Middleware for HoldMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let Core {
-            holds,
-            pacer,
-            observer,
+            pacer, observer, ..
         } = &self.core;
         if let Some(budget) = &self.budget {
             budget.deposit();
@@ -139,14 +137,9 @@ impl Middleware for HoldMiddleware {
         let mut sent = 0;
         let mut spread = Duration::ZERO;
         loop {
-            let began = Instant::now();
-            if let Some(until) = partition.and_then(|partition| holds.until(partition, began)) {
-                tokio::time::sleep_until(until + spread).await;
-            }
-            if let (Some(pacer), Some(partition)) = (pacer, partition) {
-                pacer.turn(partition).await;
-            }
-            observer.waited(began.elapsed());
+            let began = observer.start();
+            let outstanding = self.core.wait_turn(partition, None, spread).await;
+            observer.waited(began);
             let again =
                 (self.budget.is_some() && sent < MAX_RETRIES && idempotent(request.method()))
                     .then(|| request.try_clone())
@@ -156,8 +149,7 @@ impl Middleware for HoldMiddleware {
             if let (Some(pacer), Some(partition)) = (pacer, partition) {
                 pacer.learn(partition, response.headers());
             }
-            let retry = holds.after_response(
-                partition,
+            let retry = outstanding.answered(
                 response.status(),
                 response.headers(),
                 again.is_some(),

@@ -25,9 +25,11 @@ impl Clock for TokioClock {
 }
 
 /// Each partition's advertised policy, paced: a GCRA of the policy's rate
-/// with a burst of one, a fiftieth slower than advertised, so that requests
-/// sent at its pace never land more than the quota in any of the server's
-/// windows, whatever the network adds or removes between two of them.
+/// with a burst of one, a five-hundredth slower than advertised (a server's
+/// clock may run a little fast). What keeps a window from getting more than
+/// its quota when the network bunches requests together is the count of
+/// units left each answer reports (`Holds`); the pace spreads the requests
+/// over the window.
 #[derive(Debug)]
 pub(crate) struct Pacer {
     store: GcraStore,
@@ -51,7 +53,9 @@ impl Pacer {
 
     /// Learns `partition`'s pace from a response's `RateLimit-Policy`: the
     /// slowest of its policies with a window. A partition beyond the bound
-    /// is not paced.
+    /// is not paced. The first pace learned is charged for the request that
+    /// taught it (the partition's probe, sent before any pace was known), so
+    /// that the first window does not get one request too many.
     pub(crate) fn learn(&self, partition: Partition, headers: &HeaderMap) {
         let Ok(policies) = read::policies(headers) else {
             return;
@@ -68,7 +72,7 @@ impl Pacer {
         let Some((quota, window)) = slowest else {
             return;
         };
-        let period = window + window / 50;
+        let period = window + window / 500;
         let Ok(policy) = GcraPolicy::new(
             PolicyId::new("runlimit-client.pace").unwrap_or_else(|_| unreachable!("a valid id")),
             ScopeId::new("partition").unwrap_or_else(|_| unreachable!("a valid id")),
@@ -80,7 +84,14 @@ impl Pacer {
         };
         let mut policies = self.lock();
         if policies.len() < self.max || policies.contains_key(&partition) {
-            policies.insert(partition, policy);
+            let first = policies.insert(partition, policy.clone()).is_none();
+            drop(policies);
+            if first {
+                let subject = SubjectKey::from_digest(partition.digest());
+                // Nothing to do if the pacer's store refuses: the next turn
+                // finds out.
+                let _ = self.store.check(&Check::new(&policy, subject));
+            }
         }
     }
 

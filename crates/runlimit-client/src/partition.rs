@@ -13,6 +13,28 @@ use http::Request;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Partition(u64);
 
+/// A map's hasher for partitions: a partition is already a keyed hash, so
+/// hashing it again would only cost time.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PartitionHasher(u64);
+
+impl Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is called (a partition hashes its one word).
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = word;
+    }
+}
+
 /// The process's keys for partition hashes.
 fn keys() -> &'static RandomState {
     static KEYS: OnceLock<RandomState> = OnceLock::new();

@@ -565,19 +565,12 @@ impl FixedWindowServer {
     }
 }
 
-/// Fifty callers behind a pacing layer against a limit of 20 a second for
-/// ten seconds: after the first window (sent before anything was known),
-/// no request is refused, and at least 95% of what the server allows gets
-/// through.
-#[tokio::test(start_paused = true)]
-async fn fifty_paced_callers_are_not_refused_and_use_the_quota() {
+/// Fifty callers for ten seconds behind `layer` against a limit of 20 a
+/// second: the server's log of (arrival, admitted).
+async fn fifty_callers(layer: HoldLayer) -> Vec<(f64, bool)> {
     let start = Instant::now();
     let server = FixedWindowServer::default();
-    let client = HoldLayer::new(16)
-        .expect("valid")
-        .pace()
-        .expect("valid")
-        .layer(server.service(start));
+    let client = layer.layer(server.service(start));
     let callers: Vec<_> = (0..50)
         .map(|_| {
             let client = client.clone();
@@ -595,16 +588,48 @@ async fn fifty_paced_callers_are_not_refused_and_use_the_quota() {
     for caller in callers {
         caller.await.expect("caller");
     }
-    let log = server.log.lock().expect("lock").clone();
-    let refused_later = log
-        .iter()
-        .filter(|&&(at, admitted)| at >= 1.0 && !admitted)
-        .count();
+    server.log.lock().expect("lock").clone()
+}
+
+/// Fifty callers behind a pacing layer against a limit of 20 a second for
+/// ten seconds: the first request goes alone and teaches the pace, no
+/// request is refused, and at least 95% of what the server allows gets
+/// through.
+#[tokio::test(start_paused = true)]
+async fn fifty_paced_callers_are_never_refused_and_use_the_quota() {
+    let log = fifty_callers(HoldLayer::new(16).expect("valid").pace().expect("valid")).await;
+    let refused = log.iter().filter(|&&(_, admitted)| !admitted).count();
     let admitted = log
         .iter()
         .filter(|&&(at, admitted)| at < 10.0 && admitted)
         .count();
-    assert_eq!(refused_later, 0, "refused after the first window");
+    assert_eq!(refused, 0, "refused");
+    assert!(admitted >= 190, "{admitted} admitted of the 200 allowed");
+}
+
+/// Without pacing, the fields alone: the first request goes alone, then as
+/// many as the answer says are left, then the partition waits for the
+/// reset. At most one refusal per window.
+#[tokio::test(start_paused = true)]
+async fn fifty_callers_on_fields_alone_are_refused_at_most_once_a_window() {
+    let log = fifty_callers(HoldLayer::new(16).expect("valid")).await;
+    let mut refused_per_window = std::collections::BTreeMap::new();
+    for &(at, admitted) in &log {
+        if !admitted {
+            // The server's windows are anchored at the first request, at 0.
+            *refused_per_window
+                .entry(Duration::from_secs_f64(at).as_secs())
+                .or_insert(0) += 1;
+        }
+    }
+    assert!(
+        refused_per_window.values().all(|&refused| refused <= 1),
+        "refusals per window: {refused_per_window:?}"
+    );
+    let admitted = log
+        .iter()
+        .filter(|&&(at, admitted)| at < 10.0 && admitted)
+        .count();
     assert!(admitted >= 190, "{admitted} admitted of the 200 allowed");
 }
 
@@ -671,4 +696,97 @@ async fn the_observer_is_told_of_waits_retries_and_refusals() {
     assert_eq!(waits.len(), 1, "{waits:?}");
     assert!(waits[0] >= Duration::from_secs(2), "{waits:?}");
     assert_eq!(refused, [StatusCode::TOO_MANY_REQUESTS]);
+}
+
+/// A server that answers each request after `delay`, logging arrivals.
+fn slow_server(
+    start: Instant,
+    seen: &Seen,
+    delay: Duration,
+) -> impl tower::Service<
+    Request<()>,
+    Response = Response<()>,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let seen = Arc::clone(seen);
+    service_fn(move |request: Request<()>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.lock()
+                .expect("lock")
+                .push((request.uri().to_string(), start.elapsed().as_secs_f64()));
+            tokio::time::sleep(delay).await;
+            Ok::<_, Infallible>(Response::new(()))
+        }
+    })
+}
+
+/// While nothing is known of a partition, its first request goes alone and
+/// the others wait for its answer; a probe dropped unanswered lets the next
+/// request probe; a probe slower than `MAX_PROBE_WAIT` (2 s) does not
+/// serialize the rest.
+#[tokio::test(start_paused = true)]
+async fn the_first_request_to_a_partition_goes_alone() {
+    let start = Instant::now();
+    let seen = Seen::default();
+    let client = HoldLayer::new(16).expect("valid").layer(slow_server(
+        start,
+        &seen,
+        Duration::from_millis(100),
+    ));
+    let calls: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(client.clone().oneshot(get("https://a.example/x"))))
+        .collect();
+    for call in calls {
+        call.await.expect("joined").expect("sent");
+    }
+    let at: Vec<f64> = arrivals(&seen).into_iter().map(|(_, at)| at).collect();
+    assert_eq!(
+        at,
+        [0.0, 0.1, 0.1, 0.1, 0.1],
+        "the rest after the probe's answer"
+    );
+
+    // A dropped probe: the next request probes in its place at once.
+    let seen = Seen::default();
+    let begun = Instant::now();
+    let client = HoldLayer::new(16).expect("valid").layer(slow_server(
+        begun,
+        &seen,
+        Duration::from_millis(100),
+    ));
+    let probe = tokio::spawn(client.clone().oneshot(get("https://b.example/probe")));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let waiting = tokio::spawn(client.clone().oneshot(get("https://b.example/next")));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    probe.abort();
+    waiting.await.expect("joined").expect("sent");
+    let paths: Vec<(String, f64)> = arrivals(&seen);
+    assert_eq!(paths.len(), 2);
+    assert_eq!(paths[1].0, "https://b.example/next");
+    assert!(
+        (paths[1].1 - 0.02).abs() < 1e-9,
+        "sent when the probe was dropped (0.02 s), not {} s",
+        paths[1].1
+    );
+
+    // A probe that takes 10 s: the others go after 2 s.
+    let seen = Seen::default();
+    let begun = Instant::now();
+    let client = HoldLayer::new(16).expect("valid").layer(slow_server(
+        begun,
+        &seen,
+        Duration::from_secs(10),
+    ));
+    let calls: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(client.clone().oneshot(get("https://c.example/poll"))))
+        .collect();
+    for call in calls {
+        call.await.expect("joined").expect("sent");
+    }
+    let at: Vec<f64> = arrivals(&seen).into_iter().map(|(_, at)| at).collect();
+    assert_eq!(at, [0.0, 2.0, 2.0]);
 }
