@@ -151,6 +151,11 @@ cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin topology
 
+# The client example the README points to: two rate-limited APIs called by
+# twenty callers each, none refused (it fails otherwise).
+step "cargo run -p runlimit-client --example calling_apis"
+cargo run --quiet -p runlimit-client --all-features --locked --example calling_apis
+
 # The demo that README's first command runs.
 if [[ -f scripts/run-demo.sh && -x scripts/run-demo.sh ]]; then
     step "scripts/run-demo.sh"
