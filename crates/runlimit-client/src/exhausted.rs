@@ -145,8 +145,12 @@ fn plain_member(line: &[u8]) -> Option<(u64, Option<u64>)> {
     let rest = match line.first()? {
         b'"' => {
             let close = 1 + line[1..].iter().position(|&b| b == b'"')?;
-            // An escape inside the name: leave it to the parser.
-            if line[1..close].contains(&b'\\') {
+            // Only the characters an sf-string holds unescaped; an escape,
+            // a control character or a byte beyond ASCII is the parser's.
+            if !line[1..close]
+                .iter()
+                .all(|&b| (0x20..=0x7e).contains(&b) && b != b'\\')
+            {
                 return None;
             }
             &line[close + 1..]

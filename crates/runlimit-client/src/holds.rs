@@ -31,7 +31,19 @@ use crate::{
     partition::PartitionHasher,
 };
 
-type States = HashMap<Partition, State, BuildHasherDefault<PartitionHasher>>;
+type Map = HashMap<Partition, State, BuildHasherDefault<PartitionHasher>>;
+
+/// The partitions, and until when a full map is known to have no room.
+#[derive(Debug, Default)]
+struct States {
+    map: Map,
+    /// A sweep of a full map found every partition active: until then, new
+    /// partitions go untracked without sweeping again under the lock.
+    no_room_until: Option<Instant>,
+}
+
+/// How long a full map of active partitions is not swept again.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The longest a request waits for its partition's probe to be answered
 /// before it goes anyway: an API that answers slowly (a long poll, say) must
@@ -78,6 +90,10 @@ struct State {
     sent: u64,
     /// Requests let go and not yet answered.
     unanswered: u64,
+    /// Requests of this window whose count no answer reported: lost ones
+    /// (the server may have counted them) and late answers from before the
+    /// reset (the server may have counted them in this window).
+    uncounted: u64,
     /// What may still be sent until the reported quota resets.
     left: Option<Left>,
     /// The first request number of the current window: answers to earlier
@@ -105,8 +121,8 @@ struct Left {
     /// counted last may come first or last; the fewest is the most counted.
     fewest: u64,
     /// Requests that may still go: `fewest` less those unanswered when it
-    /// was last computed (any of them may be counted after it), less those
-    /// sent since.
+    /// was last computed (any of them may be counted after it) and those
+    /// uncounted, less those sent or lost since.
     remaining: u64,
     /// The earliest reset any answer of the window put: resets are whole
     /// seconds rounded up, so the earliest is the closest.
@@ -171,17 +187,32 @@ impl Holds {
         partition: Partition,
         now: Instant,
     ) -> Option<&mut State> {
-        if !states.contains_key(&partition) && states.len() >= max {
-            states.retain(|_, state| state.active(now));
-            if states.len() >= max {
+        if !states.map.contains_key(&partition) && states.map.len() >= max {
+            if states.no_room_until.is_some_and(|until| now < until) {
+                return None;
+            }
+            states.map.retain(|_, state| state.active(now));
+            if states.map.len() >= max {
+                states.no_room_until = Some(now + SWEEP_INTERVAL);
                 return None;
             }
         }
-        Some(states.entry(partition).or_default())
+        Some(states.map.entry(partition).or_default())
     }
 
     /// Whether a request to `partition` may go at `now`.
     pub(crate) fn turn(&self, partition: Partition, now: Instant) -> Turn {
+        self.turn_waiting(partition, now, true)
+    }
+
+    /// Whether a request that waited [`MAX_PROBE_WAIT`] for a probe may go:
+    /// as [`turn`](Self::turn), without waiting for the probe again (holds
+    /// and counts still apply).
+    pub(crate) fn turn_past_probe(&self, partition: Partition, now: Instant) -> Turn {
+        self.turn_waiting(partition, now, false)
+    }
+
+    fn turn_waiting(&self, partition: Partition, now: Instant, for_probe: bool) -> Turn {
         let mut states = self.lock();
         let Some(state) = Self::state(&mut states, self.max, partition, now) else {
             return Turn::Go(None);
@@ -193,6 +224,7 @@ impl Holds {
             if now >= left.reset {
                 // A new window: learn its quota afresh.
                 state.left = None;
+                state.uncounted = 0;
                 state.fresh_from = state.sent;
                 if self.reprobe && matches!(state.probe, Probe::Answered) {
                     state.probe = Probe::Unknown;
@@ -202,6 +234,7 @@ impl Holds {
             }
         }
         let probe = match &state.probe {
+            Probe::Out(_) if !for_probe => false,
             Probe::Out(answered) => {
                 let mut wait = Box::pin(Arc::clone(answered).notified_owned());
                 // Registered before the lock is released, so an answer in
@@ -232,24 +265,22 @@ impl Holds {
         }
     }
 
-    /// Lets a request go whatever is known (after waiting
-    /// [`MAX_PROBE_WAIT`] for a probe), still counted against the quota.
-    pub(crate) fn go_anyway(&self, partition: Partition, now: Instant) -> Option<Ticket> {
-        let mut states = self.lock();
-        Self::state(&mut states, self.max, partition, now)
-            .map(|state| Self::send(state, partition, false))
-    }
-
     /// A request let go was never answered (it failed, or was dropped): if it
     /// was the probe, the next request probes instead.
     pub(crate) fn unanswered(&self, ticket: Ticket) {
         let mut states = self.lock();
-        let Some(state) = states.get_mut(&ticket.partition) else {
+        let Some(state) = states.map.get_mut(&ticket.partition) else {
             return;
         };
-        // Counted as sent, still: the server may have counted it.
         state.unanswered = state.unanswered.saturating_sub(1);
+        // The server may have counted it all the same. (What may still go
+        // counted it when it was sent, or as unanswered; from the next
+        // answer on it counts as uncounted.)
+        if ticket.number >= state.fresh_from {
+            state.uncounted += 1;
+        }
         if ticket.probe
+            && matches!(state.probe, Probe::Out(_))
             && let Probe::Out(answered) = std::mem::take(&mut state.probe)
         {
             answered.notify_waiters();
@@ -276,8 +307,13 @@ impl Holds {
             let mut states = self.lock();
             // A partition with requests unanswered is never forgotten; one
             // forgotten for an untracked request has nothing to update.
-            if let Some(state) = states.get_mut(&ticket.partition) {
+            if let Some(state) = states.map.get_mut(&ticket.partition) {
                 state.unanswered = state.unanswered.saturating_sub(1);
+                let fresh = ticket.number >= state.fresh_from;
+                if !fresh {
+                    // Sent before the reset, perhaps counted after it.
+                    state.uncounted += 1;
+                }
                 // An exhausted quota in an answer that is not a refusal is a
                 // count like any other (zero left), held until its reset
                 // below; refusals hold as long as they say.
@@ -288,7 +324,7 @@ impl Holds {
                     state.hold = Some(state.hold.map_or(until, |held| held.max(until)));
                     recorded = true;
                 }
-                if let Some((units, reset)) = left.filter(|_| ticket.number >= state.fresh_from) {
+                if let Some((units, reset)) = left.filter(|_| fresh) {
                     let reset = now + reset.min(MAX_HOLD);
                     let (fewest, reset) = match state.left {
                         Some(known) if now < known.reset => {
@@ -298,20 +334,25 @@ impl Holds {
                     };
                     state.left = Some(Left {
                         fewest,
-                        remaining: fewest.saturating_sub(state.unanswered),
+                        remaining: fewest
+                            .saturating_sub(state.unanswered)
+                            .saturating_sub(state.uncounted),
                         reset,
                     });
                 }
+                // An answer from before the window reset says nothing of the
+                // new one: a probe that went before it leaves the next
+                // request to probe.
                 match &state.probe {
                     Probe::Out(answered) if ticket.probe => {
                         answered.notify_waiters();
-                        state.probe = Probe::Answered;
+                        state.probe = if fresh {
+                            Probe::Answered
+                        } else {
+                            Probe::Unknown
+                        };
                     }
-                    // An answer from before the window reset says nothing
-                    // of the new one.
-                    Probe::Unknown if ticket.number >= state.fresh_from => {
-                        state.probe = Probe::Answered;
-                    }
+                    Probe::Unknown if fresh => state.probe = Probe::Answered,
                     _ => {}
                 }
             }
@@ -339,6 +380,7 @@ impl Holds {
     /// every unit a response reported already sent.
     pub(crate) fn held(&self, now: Instant) -> usize {
         self.lock()
+            .map
             .values()
             .filter(|state| {
                 state.hold.is_some_and(|hold| hold > now)

@@ -113,13 +113,27 @@ impl Core {
         self.observer = Observer(Some(Arc::new(observer)));
     }
 
-    /// Waits until a request to `partition` may go (its hold, its probe's
-    /// answer, its pace), starting from `turn` when the caller already
-    /// asked, and lets it go. A hold's end is pushed back by `spread`.
+    /// `partition`'s turn for a request being called: one let go at once
+    /// holds its guard from here, so that a future dropped before it is
+    /// first polled still releases what it took.
+    pub(crate) fn first_turn(&self, partition: Partition) -> First {
+        match self.holds.turn(partition, Instant::now()) {
+            Turn::Go(ticket) => First::Go(Outstanding {
+                holds: Arc::clone(&self.holds),
+                ticket,
+            }),
+            turn => First::Wait(turn),
+        }
+    }
+
+    /// Waits until a request to `partition` may go (its hold, its count,
+    /// its probe's answer, its pace), starting from `first` when the caller
+    /// already asked, and lets it go. A hold's end is pushed back by
+    /// `spread`.
     pub(crate) async fn wait_turn(
         &self,
         partition: Option<Partition>,
-        mut turn: Option<Turn>,
+        first: Option<First>,
         spread: Duration,
     ) -> Outstanding {
         let Some(partition) = partition else {
@@ -128,33 +142,55 @@ impl Core {
                 ticket: None,
             };
         };
-        let ticket = loop {
-            match turn
-                .take()
-                .unwrap_or_else(|| self.holds.turn(partition, Instant::now()))
-            {
-                Turn::Go(ticket) => break ticket,
-                Turn::Until(until) => tokio::time::sleep_until(until + spread).await,
-                Turn::Probing(answered) => {
-                    if tokio::time::timeout(MAX_PROBE_WAIT, answered)
-                        .await
-                        .is_err()
-                    {
-                        break self.holds.go_anyway(partition, Instant::now());
+        let outstanding = match first {
+            Some(First::Go(outstanding)) => outstanding,
+            first => {
+                let mut turn = match first {
+                    Some(First::Wait(turn)) => Some(turn),
+                    _ => None,
+                };
+                // After waiting MAX_PROBE_WAIT once, a request stops waiting
+                // for probes; holds and counts still apply.
+                let mut past_probe = false;
+                let ticket = loop {
+                    let next = turn.take().unwrap_or_else(|| {
+                        let now = Instant::now();
+                        if past_probe {
+                            self.holds.turn_past_probe(partition, now)
+                        } else {
+                            self.holds.turn(partition, now)
+                        }
+                    });
+                    match next {
+                        Turn::Go(ticket) => break ticket,
+                        Turn::Until(until) => tokio::time::sleep_until(until + spread).await,
+                        Turn::Probing(answered) => {
+                            past_probe = tokio::time::timeout(MAX_PROBE_WAIT, answered)
+                                .await
+                                .is_err();
+                        }
                     }
+                };
+                // From here a dropped request releases its partition's probe.
+                Outstanding {
+                    holds: Arc::clone(&self.holds),
+                    ticket,
                 }
             }
-        };
-        // From here a dropped request releases its partition's probe.
-        let outstanding = Outstanding {
-            holds: Arc::clone(&self.holds),
-            ticket,
         };
         if let Some(pacer) = &self.pacer {
             pacer.turn(partition).await;
         }
         outstanding
     }
+}
+
+/// A request's first turn, taken when it was called.
+pub(crate) enum First {
+    /// It may go, and holds its guard.
+    Go(Outstanding),
+    /// It waits.
+    Wait(Turn),
 }
 
 /// A request let go and not yet answered. Dropped unanswered (its send
@@ -383,13 +419,13 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let partition = self.key.partition(&request);
-        let first = partition.map(|partition| self.core.holds.turn(partition, Instant::now()));
+        let first = partition.map(|partition| self.core.first_turn(partition));
         // A request that waits (held, probing, or paced) is made ready only
         // when it goes.
         let held = match &first {
             None => false,
-            Some(Turn::Go(_)) => self.core.pacer.is_some(),
-            Some(_) => true,
+            Some(First::Go(_)) => self.core.pacer.is_some(),
+            Some(First::Wait(_)) => true,
         };
         // A request sent now takes the service made ready for it, leaving a
         // clone; a held one takes a clone and is made ready after its hold,

@@ -52,10 +52,12 @@ impl Pacer {
     }
 
     /// Learns `partition`'s pace from a response's `RateLimit-Policy`: the
-    /// slowest of its policies with a window. A partition beyond the bound
-    /// is not paced. The first pace learned is charged for the request that
-    /// taught it (the partition's probe, sent before any pace was known), so
-    /// that the first window does not get one request too many.
+    /// slowest of its policies with a window. A partition's first pace is
+    /// charged one request, for the request that went before any pace was
+    /// known (its probe), so that the first window does not get one request
+    /// too many. With `max` partitions paced, a new one makes the pacer
+    /// forget every pace; each is relearned, and charged again (erring on
+    /// the slow side), from its partition's next answer.
     pub(crate) fn learn(&self, partition: Partition, headers: &HeaderMap) {
         let Ok(policies) = read::policies(headers) else {
             return;
@@ -66,8 +68,10 @@ impl Pacer {
             .filter_map(|policy| Some((policy.quota(), policy.window()?)))
             .filter(|&(quota, _)| quota > 0)
             .min_by(|(q1, w1), (q2, w2)| {
-                // q1 / w1 < q2 / w2, in integers.
-                (u128::from(*q1) * w2.as_nanos()).cmp(&(u128::from(*q2) * w1.as_nanos()))
+                // q1 / w1 < q2 / w2, in integers: windows are whole seconds,
+                // so each product of two u64 fits a u128.
+                (u128::from(*q1) * u128::from(w2.as_secs()))
+                    .cmp(&(u128::from(*q2) * u128::from(w1.as_secs())))
             });
         let Some((quota, window)) = slowest else {
             return;
@@ -83,15 +87,16 @@ impl Pacer {
             return;
         };
         let mut policies = self.lock();
-        if policies.len() < self.max || policies.contains_key(&partition) {
-            let first = policies.insert(partition, policy.clone()).is_none();
-            drop(policies);
-            if first {
-                let subject = SubjectKey::from_digest(partition.digest());
-                // Nothing to do if the pacer's store refuses: the next turn
-                // finds out.
-                let _ = self.store.check(&Check::new(&policy, subject));
-            }
+        if policies.len() >= self.max && !policies.contains_key(&partition) {
+            policies.clear();
+        }
+        let first = policies.insert(partition, policy.clone()).is_none();
+        drop(policies);
+        if first {
+            let subject = SubjectKey::from_digest(partition.digest());
+            // Nothing to do if the pacer's store refuses: the next turn
+            // finds out.
+            let _ = self.store.check(&Check::new(&policy, subject));
         }
     }
 

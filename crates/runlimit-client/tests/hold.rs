@@ -773,6 +773,32 @@ async fn the_first_request_to_a_partition_goes_alone() {
         paths[1].1
     );
 
+    // A probe whose future is dropped before it is first polled: released
+    // all the same, so the next request probes at once.
+    let seen = Seen::default();
+    let begun = Instant::now();
+    let mut client = HoldLayer::new(16).expect("valid").layer(slow_server(
+        begun,
+        &seen,
+        Duration::from_millis(100),
+    ));
+    tower::ServiceExt::<Request<()>>::ready(&mut client)
+        .await
+        .expect("ready");
+    drop(tower::Service::call(
+        &mut client,
+        get("https://d.example/never"),
+    ));
+    client
+        .clone()
+        .oneshot(get("https://d.example/next"))
+        .await
+        .expect("sent");
+    assert_eq!(
+        arrivals(&seen),
+        [("https://d.example/next".to_owned(), 0.0)]
+    );
+
     // A probe that takes 10 s: the others go after 2 s.
     let seen = Seen::default();
     let begun = Instant::now();
