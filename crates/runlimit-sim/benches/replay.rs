@@ -73,7 +73,8 @@ fn main() {
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|rounds| rounds.parse().ok())
-        .unwrap_or(9);
+        .unwrap_or(9)
+        .max(1);
     let mut log = Vec::new();
     let options = GenerateOptions {
         minutes: 30,

@@ -101,6 +101,10 @@ pub enum SimulationError {
         /// Another algorithm in the set.
         other: &'static str,
     },
+    /// Batch mode over enforced and shadow candidates: a batch has one
+    /// quota mode, as the layer's.
+    #[error("batch mode needs candidates of one quota mode (all enforced or all shadow)")]
+    MixedQuotaModes,
     /// A batch of every candidate needs more keys than the store holds, or
     /// more checks than a batch may carry.
     #[error("batch mode needs {needed} keys per request; the store allows {allowed}")]
@@ -242,7 +246,8 @@ impl Simulation {
     ///
     /// # Errors
     ///
-    /// [`SimulationError::MixedAlgorithms`] and
+    /// [`SimulationError::MixedAlgorithms`],
+    /// [`SimulationError::MixedQuotaModes`] and
     /// [`SimulationError::BatchTooLarge`] for a batch the layer could not
     /// check either.
     pub fn new(set: &PolicySet, mode: Mode) -> Result<Self, SimulationError> {
@@ -261,6 +266,10 @@ impl Simulation {
                         first,
                         other: other.algorithm(),
                     });
+                }
+                let mode = indexed[0].1.quota_mode();
+                if indexed.iter().any(|(_, c)| c.quota_mode() != mode) {
+                    return Err(SimulationError::MixedQuotaModes);
                 }
                 let allowed = config.max_keys().min(config.max_batch_size());
                 if indexed.len() > allowed {

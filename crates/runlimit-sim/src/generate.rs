@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 pub struct GenerateOptions {
     /// When the log starts, nanoseconds since the Unix epoch.
     pub start: i64,
-    /// How long the log covers.
+    /// How long the log covers (at most [`MAX_MINUTES`]).
     pub minutes: u32,
     /// Steady users, each browsing at about one request per 20 seconds.
     pub users: u32,
@@ -36,6 +36,9 @@ impl Default for GenerateOptions {
 }
 
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
+
+/// The longest log generated: about nineteen years.
+pub const MAX_MINUTES: u32 = 10_000_000;
 
 /// Who sends requests.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +92,7 @@ const CRAWLER_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 pub fn generate(out: impl Write, options: &GenerateOptions) -> io::Result<u64> {
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let length = i64::from(options.minutes) * 60 * NANOS_PER_SECOND;
+    let length = i64::from(options.minutes.min(MAX_MINUTES)) * 60 * NANOS_PER_SECOND;
     let end = options.start + length;
     let burst_start = options.start + length / 3;
     let burst_end = burst_start + (length / 10).max(120 * NANOS_PER_SECOND);

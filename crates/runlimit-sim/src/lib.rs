@@ -52,7 +52,12 @@
 //!   log says it sent. Real clients that back off make the real denial
 //!   counts lower; attackers that rotate make them higher.
 //! * A request's time is its line's; CLF times have whole seconds, so the
-//!   requests of one second are evaluated at its start, in log order.
+//!   requests of one second are evaluated at its start, in log order. A line
+//!   up to a minute earlier than the latest before it is evaluated at the
+//!   latest (stores never go back); one further back is skipped as out of
+//!   order (`--max-backwards`), so one wrong timestamp cannot shift a run.
+//! * CSV records are one line each: a quoted field may hold commas, not
+//!   newlines.
 //! * With a status filter (`--charge-status`), requests with other statuses
 //!   are decided by a peek and consume nothing, as an admission layer that
 //!   charges by outcome refunds them.
@@ -89,14 +94,14 @@ mod subject;
 
 pub use chart::{ChartError, write_svg};
 pub use engine::{Mode, Refusal, Simulation, SimulationError, Verdict};
-pub use generate::{GenerateOptions, generate};
+pub use generate::{GenerateOptions, MAX_MINUTES, generate};
 pub use input::{
     DEFAULT_MAX_LINE_LEN, Format, InputError, InputSpec, Malformed, Read, Reader, Request,
     TimeFormat, UnknownField,
 };
 pub use policies::{Candidate, DEFAULT_MAX_KEYS, PolicySet, PolicySetError};
 pub use replay::{
-    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, Replay, ReplayError, ReplayOptions, StatusSet,
+    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, Replay, ReplayError, ReplayOptions, StatusSet,
     StatusSetError,
 };
 pub use report::{MalformedLine, MalformedSummary, Quantiles, Report, Row, TopSubject};

@@ -77,9 +77,15 @@ struct ReplayArgs {
     /// checks a route's policies, instead of each on its own.
     #[arg(long)]
     batch: bool,
-    /// How many of the most denied subjects to list per policy.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
+    /// How many of the most denied subjects to list per policy (at most
+    /// 1000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(0..=1000))]
+    top: u16,
+    /// How many seconds a line's time may go back from the latest before it
+    /// (evaluated at the latest); a line further back is skipped as out of
+    /// order.
+    #[arg(long, default_value_t = 60)]
+    max_backwards: u64,
     /// Show subjects as written (addresses, user names) instead of keyed
     /// labels. Only for the operator's own eyes.
     #[arg(long)]
@@ -106,7 +112,7 @@ struct ReplayArgs {
 #[derive(Args)]
 struct GenerateArgs {
     /// How many minutes the log covers.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     minutes: u32,
     /// Steady users.
     #[arg(long, default_value_t = 500)]
@@ -158,7 +164,8 @@ fn replay(args: ReplayArgs) -> Result<()> {
         Mode::Independent
     };
     options.charge = args.charge_status;
-    options.top = args.top;
+    options.top = usize::from(args.top);
+    options.max_backwards = Duration::from_secs(args.max_backwards);
     options.raw_subjects = args.raw_subjects;
     let mut replay = Replay::new(&set, options)?;
 

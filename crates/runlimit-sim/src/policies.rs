@@ -44,6 +44,16 @@ impl Candidate {
         }
     }
 
+    /// Whether the candidate enforces or only observes.
+    #[must_use]
+    pub fn quota_mode(&self) -> runlimit_core::QuotaMode {
+        match self {
+            Self::FixedWindow(policy) => policy.quota_mode(),
+            Self::SlidingWindow(policy) => policy.quota_mode(),
+            Self::Gcra(policy) => policy.quota_mode(),
+        }
+    }
+
     /// Roughly the memory one stored key costs (entry, control byte and
     /// expiry-heap entry, as `runlimit-memory` documents it).
     pub(crate) fn bytes_per_key(&self) -> u64 {

@@ -87,8 +87,14 @@ pub struct ReplayOptions {
     pub mode: Mode,
     /// Charge only requests with these statuses; `None` charges every one.
     pub charge: Option<StatusSet>,
-    /// How many of the most denied subjects each row lists.
+    /// How many of the most denied subjects each row lists (at most
+    /// [`MAX_TOP`]).
     pub top: usize,
+    /// How far a line's time may go back from the latest before it: such a
+    /// line is evaluated at the latest time (stores never go back); one
+    /// further back is [`Malformed::OutOfOrder`], so that one bad timestamp
+    /// cannot silently shift a whole run.
+    pub max_backwards: Duration,
     /// Show subjects as written instead of by their keyed label.
     pub raw_subjects: bool,
     /// The secret subjects are keyed with. A report's labels are stable for
@@ -105,6 +111,7 @@ impl ReplayOptions {
             mode: Mode::Independent,
             charge: None,
             top: 10,
+            max_backwards: Duration::from_secs(60),
             raw_subjects: false,
             hasher,
         }
@@ -122,6 +129,10 @@ pub enum ReplayError {
     #[error(transparent)]
     Simulation(#[from] SimulationError),
 }
+
+/// The most subjects a row lists as most denied: the table behind them
+/// holds 64 times as many.
+pub const MAX_TOP: usize = 1_000;
 
 /// How many malformed lines a report lists by number.
 pub const MALFORMED_LISTED: usize = 10;
@@ -187,6 +198,8 @@ impl Replay {
             Duration::from_secs(1),
         )
         .unwrap();
+        let mut options = options;
+        options.top = options.top.min(MAX_TOP);
         let keep = options.top.saturating_mul(64).max(1_024);
         Ok(Self {
             simulation,
@@ -328,11 +341,18 @@ impl Replay {
         mut progress: impl FnMut(u64),
     ) -> Result<(), ReplayError> {
         let mut lines = 0u64;
+        let mut latest: Option<i64> = None;
+        let backwards = i64::try_from(self.options.max_backwards.as_nanos()).unwrap_or(i64::MAX);
         loop {
             match reader.next_request()? {
                 None => break,
-                Some((_, Ok(request))) => {
-                    self.record(request)?;
+                Some((line, Ok(request))) => {
+                    if latest.is_some_and(|latest| request.at < latest.saturating_sub(backwards)) {
+                        self.skip(line, Malformed::OutOfOrder);
+                    } else {
+                        latest = Some(latest.map_or(request.at, |latest| latest.max(request.at)));
+                        self.record(request)?;
+                    }
                 }
                 Some((line, Err(why))) => self.skip(line, why),
             }

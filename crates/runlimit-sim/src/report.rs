@@ -187,10 +187,12 @@ pub(crate) fn build(
     let candidates = set.candidates();
     let share = |part: u64, whole: u64| {
         #[allow(clippy::cast_precision_loss)]
+        // An exact part over an estimated whole may exceed it: a share is at
+        // most all.
         if whole == 0 {
             0.0
         } else {
-            part as f64 / whole as f64
+            (part as f64 / whole as f64).min(1.0)
         }
     };
     let rows = rows

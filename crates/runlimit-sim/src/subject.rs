@@ -210,9 +210,17 @@ pub(crate) fn render(mut encoded: &[u8]) -> String {
             TAG_FIELD if rest.len() >= 4 => {
                 let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
                 let value = rest.get(4..4 + len).unwrap_or(&rest[4..]);
+                // Control characters escaped: raw subjects go to terminals.
                 let text: String = String::from_utf8_lossy(value)
                     .chars()
                     .take(MAX_FIELD_CHARS)
+                    .flat_map(|c| {
+                        let escaped = c.is_control().then(|| c.escape_default());
+                        escaped
+                            .into_iter()
+                            .flatten()
+                            .chain((!c.is_control()).then_some(c))
+                    })
                     .collect();
                 parts.push(text);
                 encoded = rest.get(4 + len..).unwrap_or(&[]);

@@ -55,8 +55,15 @@ fn column(admitted: &[Vec<bool>], index: usize) -> Vec<bool> {
 
 #[test]
 fn fixed_window_is_anchored_at_the_first_admission() {
-    // Three per minute from t=0: 30, 40 and 59 are refused (retry 30, 20 and
-    // 1 s); at 60 a new window anchors.
+    // Three per minute, anchored at 192.0.2.1's first request at 5 (another
+    // subject starts the clock at 0): 35, 45 and 64 are refused (retry 30,
+    // 20 and 1 s); at 65 a new window anchors. Windows aligned to the clock
+    // would admit 64.
+    let log = [
+        line("192.0.2.99", 0, 401),
+        log(&[5, 15, 25, 35, 45, 64, 65, 66]),
+    ]
+    .concat();
     let (report, admitted) = replay(
         r#"
         [[policy]]
@@ -66,14 +73,14 @@ fn fixed_window_is_anchored_at_the_first_admission() {
         limit = 3
         window = { secs = 60, nanos = 0 }
         "#,
-        &log(&[0, 10, 20, 30, 40, 59, 60, 61]),
+        &log,
     );
     assert_eq!(
         column(&admitted, 0),
-        [true, true, true, false, false, false, true, true]
+        [true, true, true, true, false, false, false, true, true]
     );
     let row = &report.rows[0];
-    assert_eq!((row.requests, row.admitted, row.denied), (8, 5, 3));
+    assert_eq!((row.requests, row.admitted, row.denied), (9, 6, 3));
     assert_eq!(
         row.retry_after_seconds,
         Some(Quantiles {
@@ -82,8 +89,8 @@ fn fixed_window_is_anchored_at_the_first_admission() {
             max: 30
         })
     );
-    assert_eq!((row.subjects_denied, report.subjects), (1, 1));
-    assert_eq!(row.peak_keys, 1);
+    assert_eq!((row.subjects_denied, report.subjects), (1, 2));
+    assert_eq!(row.peak_keys, 2);
 }
 
 #[test]
@@ -190,6 +197,50 @@ fn a_batch_refused_by_one_candidate_charges_none() {
     assert_eq!((row.admitted, row.denied), (3, 2));
     assert_eq!(row.denied_by.get("short"), Some(&1));
     assert_eq!(row.denied_by.get("long"), Some(&1));
+}
+
+#[test]
+fn batch_mode_refuses_mixed_quota_modes_when_built() {
+    let shadow = TWO_WINDOWS.replacen(
+        "window = { secs = 10, nanos = 0 }",
+        "window = { secs = 10, nanos = 0 }\n    quota_mode = \"shadow\"",
+        1,
+    );
+    let set = PolicySet::from_toml(&shadow).expect("valid policies");
+    let mut options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+    options.mode = Mode::Batch;
+    assert!(matches!(
+        Replay::new(&set, options),
+        Err(runlimit_sim::SimulationError::MixedQuotaModes)
+    ));
+}
+
+#[test]
+fn a_line_far_back_in_time_is_out_of_order_and_a_little_back_is_evaluated_late() {
+    // At 100, then 0 (100 s back: skipped), then 90 (10 s back: evaluated
+    // at 100, in the window anchored at 100).
+    let log = log(&[100, 0, 90]);
+    let set = PolicySet::from_toml(
+        r#"
+        [[policy]]
+        algorithm = "fixed_window"
+        id = "one"
+        scope = "ip"
+        limit = 1
+        window = { secs = 60, nanos = 0 }
+        "#,
+    )
+    .expect("valid policies");
+    let options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+    let mut replay = Replay::new(&set, options).expect("a valid simulation");
+    let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+    let mut reader = Reader::new(log.as_bytes(), &spec).expect("a readable log");
+    replay.run(&mut reader, |_| {}).expect("runs");
+    let report = replay.report();
+    assert_eq!(report.malformed.first.len(), 1);
+    assert_eq!(report.malformed.first[0].line, 2);
+    assert_eq!(report.malformed.first[0].reason, "time out of order");
+    assert_eq!((report.rows[0].admitted, report.rows[0].denied), (1, 1));
 }
 
 #[test]

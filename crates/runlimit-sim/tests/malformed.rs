@@ -119,6 +119,27 @@ fn json_and_csv_skip_what_they_cannot_read() {
     );
     assert_eq!(report.requests, 1);
     assert_eq!(report.malformed.first[0].line, 3);
+
+    // A stray quote stays on its own line (read as far as it goes) instead
+    // of swallowing the rest of the log into one record.
+    let mut csv = b"time,ip\n2026-01-01T00:00:00Z,\"192.0.2.1\n".to_vec();
+    for second in 1..=20 {
+        csv.extend_from_slice(format!("2026-01-01T00:00:{second:02}Z,192.0.2.1\n").as_bytes());
+    }
+    let report = replay(
+        &csv,
+        &InputSpec::new(Format::Csv, SubjectSpec::client_address()),
+    );
+    assert_eq!((report.requests, report.malformed.count), (21, 0));
+
+    // A cost field named but absent is a malformed line, not a free request.
+    let json = b"{\"time\":\"2026-01-01T00:00:00Z\",\"ip\":\"192.0.2.1\",\"units\":2}\n\
+                 {\"time\":\"2026-01-01T00:00:01Z\",\"ip\":\"192.0.2.1\"}\n";
+    let mut spec = InputSpec::new(Format::Json, SubjectSpec::client_address());
+    spec.cost_field = Some("units".to_owned());
+    let report = replay(json, &spec);
+    assert_eq!((report.requests, report.uncharged), (1, 0));
+    assert_eq!(report.malformed.first[0].reason, "no valid cost");
 }
 
 fn any_line() -> impl Strategy<Value = Vec<u8>> {
@@ -149,6 +170,7 @@ proptest! {
         }
         let mut csv = b"time,ip\n".to_vec();
         csv.extend_from_slice(&log);
-        let _ = replay(&csv, &InputSpec::new(Format::Csv, SubjectSpec::client_address()));
+        let report = replay(&csv, &InputSpec::new(Format::Csv, SubjectSpec::client_address()));
+        prop_assert_eq!(report.requests + report.malformed.count, line_count);
     }
 }

@@ -82,8 +82,13 @@ impl<'a> Line<'a> {
         };
         ranges[Field::Host as usize] = Some(token(&mut at)?);
         ranges[Field::Ident as usize] = Some(token(&mut at)?);
-        // A user may be empty in some servers' logs, but never holds `[`.
-        let user = token(&mut at)?;
+        // A user may be empty in some servers' logs (two spaces).
+        let user = if text.get(at) == Some(&b' ') {
+            at += 1;
+            at - 1..at - 1
+        } else {
+            token(&mut at)?
+        };
         ranges[Field::User as usize] = Some(user);
         if text.get(at) != Some(&b'[') {
             return None;
@@ -233,6 +238,15 @@ mod tests {
                 .expect("a valid line");
         assert_eq!(field(&line, Field::Method), None);
         assert_eq!(field(&line, Field::Status), Some("400"));
+    }
+
+    #[test]
+    fn reads_an_empty_user() {
+        let line =
+            Line::parse(br#"192.0.2.1 -  [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" 200 1"#)
+                .expect("a valid line");
+        assert_eq!(field(&line, Field::User), Some(""));
+        assert_eq!(field(&line, Field::Status), Some("200"));
     }
 
     #[test]

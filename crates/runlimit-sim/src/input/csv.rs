@@ -1,30 +1,60 @@
-//! Comma-separated values with a header row.
+//! Comma-separated values with a header row, one record per line.
+//!
+//! Records are read line by line, under the same bound as the other formats,
+//! and each line is split by the `csv` crate: a quoted field may hold commas
+//! and doubled quotes, but not a newline (a stray quote would otherwise turn
+//! the rest of the log into one record).
 
-use std::{borrow::Cow, io};
+use std::{
+    borrow::Cow,
+    io::{self, BufRead},
+};
 
-use super::{Fields, Malformed, UnknownField};
+use super::{
+    Fields, InputError, Malformed, UnknownField,
+    lines::{Line, LineReader},
+};
 
 pub(super) struct CsvReader<R> {
-    reader: ::csv::Reader<R>,
+    lines: LineReader<R>,
     header: ::csv::ByteRecord,
     record: Record,
 }
 
 pub(super) struct Record(::csv::ByteRecord);
 
-impl<R: io::Read> CsvReader<R> {
-    pub(super) fn new(input: R) -> Result<Self, super::InputError> {
-        let mut reader = ::csv::ReaderBuilder::new()
-            .has_headers(true)
-            // A short or long row is a malformed line, not the end of the run.
-            .flexible(true)
-            .from_reader(input);
-        let header = reader
-            .byte_headers()
-            .map_err(|error| super::InputError::CsvHeader(error.to_string()))?
-            .clone();
+/// Splits one line into `record`; `false` when it is not one CSV record.
+fn split(line: &[u8], record: &mut ::csv::ByteRecord) -> bool {
+    let mut reader = ::csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .buffer_capacity(line.len().max(64))
+        .from_reader(line);
+    match reader.read_byte_record(record) {
+        // A second record means the line held a quoted newline's remains.
+        Ok(true) => !matches!(
+            reader.read_byte_record(&mut ::csv::ByteRecord::new()),
+            Ok(true)
+        ),
+        Ok(false) | Err(_) => false,
+    }
+}
+
+impl<R: BufRead> CsvReader<R> {
+    pub(super) fn new(input: R, max_line_len: usize) -> Result<Self, InputError> {
+        let mut lines = LineReader::new(input, max_line_len);
+        let mut header = ::csv::ByteRecord::new();
+        match lines.next_line()? {
+            Some(Line::Text(text)) if split(text, &mut header) => {}
+            Some(_) => {
+                return Err(InputError::CsvHeader(
+                    "the first line is not a CSV header".into(),
+                ));
+            }
+            None => return Err(InputError::CsvHeader("the log is empty".into())),
+        }
         Ok(Self {
-            reader,
+            lines,
             header,
             record: Record(::csv::ByteRecord::new()),
         })
@@ -42,24 +72,21 @@ impl<R: io::Read> CsvReader<R> {
     }
 
     pub(super) fn consumed(&self) -> u64 {
-        self.reader.position().byte()
+        self.lines.consumed()
     }
 
     /// The next record with its line number, or `None` at the end.
     #[allow(clippy::type_complexity)]
     pub(super) fn next_record(&mut self) -> io::Result<Option<(u64, Result<&Record, Malformed>)>> {
-        let line = self.reader.position().line();
-        match self.reader.read_byte_record(&mut self.record.0) {
-            Ok(false) => Ok(None),
-            Ok(true) => {
-                let line = self.record.0.position().map_or(line, ::csv::Position::line);
-                Ok(Some((line, Ok(&self.record))))
-            }
-            Err(error) => match error.into_kind() {
-                ::csv::ErrorKind::Io(error) => Err(error),
-                _ => Ok(Some((line, Err(Malformed::Syntax)))),
-            },
-        }
+        let Some(line) = self.lines.next_line()? else {
+            return Ok(None);
+        };
+        let result = match line {
+            Line::TooLong => Err(Malformed::TooLong),
+            Line::Text(text) if split(text, &mut self.record.0) => Ok(&self.record),
+            Line::Text(_) => Err(Malformed::Syntax),
+        };
+        Ok(Some((self.lines.number(), result)))
     }
 }
 

@@ -35,7 +35,8 @@ pub enum Format {
     /// nested objects.
     #[value(alias = "jsonl", alias = "ndjson")]
     Json,
-    /// Comma-separated values with a header row naming the columns.
+    /// Comma-separated values with a header row naming the columns, one
+    /// record per line.
     Csv,
 }
 
@@ -50,8 +51,9 @@ pub struct InputSpec {
     pub time_field: Option<String>,
     /// How that field is written.
     pub time_format: TimeFormat,
-    /// A field holding each request's cost in units; `-` or `0` costs
-    /// nothing. Without it every request costs one unit.
+    /// A field holding each request's cost in units; `-`, empty or `0`
+    /// costs nothing, and a line without the field is malformed. Without it
+    /// every request costs one unit.
     pub cost_field: Option<String>,
     /// The field holding the response status (default `status`); read only
     /// when a status filter is set.
@@ -105,9 +107,13 @@ pub enum Malformed {
     /// The status is absent or not a number from 100 to 999.
     #[error("no valid status")]
     BadStatus,
-    /// The cost is not a whole number.
-    #[error("unreadable cost")]
+    /// The cost is absent or not a whole number.
+    #[error("no valid cost")]
     BadCost,
+    /// The time is earlier than an earlier line's by more than the replay
+    /// allows (see `ReplayOptions::max_backwards`).
+    #[error("time out of order")]
+    OutOfOrder,
 }
 
 /// What was read from one line.
@@ -229,8 +235,11 @@ impl<H> Plan<H> {
         }
         out.cost = match &self.cost {
             None => 1,
+            // An absent field is a mistake (a misspelt name reads as absent
+            // on every line), not a free request.
             Some(handle) => match fields.get(handle).as_deref() {
-                None | Some(b"-" | b"") => 0,
+                None => return Err(Malformed::BadCost),
+                Some(b"-" | b"") => 0,
                 Some(text) => parse_u64(text).ok_or(Malformed::BadCost)?,
             },
         };
@@ -316,7 +325,7 @@ impl<R: BufRead> Reader<R> {
                 plan: Plan::resolve(spec, "ip", |name| Ok(name.to_owned()))?,
             },
             Format::Csv => {
-                let reader = csv::CsvReader::new(input)?;
+                let reader = csv::CsvReader::new(input, spec.max_line_len)?;
                 let plan = Plan::resolve(spec, "ip", |name| reader.column(name))?;
                 Inner::Csv { reader, plan }
             }

@@ -128,17 +128,32 @@ pub(crate) fn parse_clf_date(text: &[u8]) -> Option<i64> {
     let hour = digits(&text[12..14])?;
     let minute = digits(&text[15..17])?;
     let second = digits(&text[18..20])?;
-    if !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+    if hour > 23 || minute > 59 || second > 60 {
         return None;
     }
     let offset = match &text[20..] {
         [] => 0,
         [b' ', sign @ (b'+' | b'-'), zone @ ..] if zone.len() == 4 => {
-            let minutes = digits(&zone[0..2])? * 60 + digits(&zone[2..4])?;
+            let (hours, minutes) = (digits(&zone[0..2])?, digits(&zone[2..4])?);
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let minutes = hours * 60 + minutes;
             if *sign == b'-' { -minutes } else { minutes }
         }
         _ => return None,
     };
+    // A day the month does not have (31/Feb) is a bad date, not a later one.
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=month_days).contains(&day) {
+        return None;
+    }
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset * 60;
     seconds.checked_mul(1_000_000_000)
@@ -213,6 +228,10 @@ mod tests {
             b"1O/Oct/2000:13:55:36 -0700",
             b"10/Oct/2000 13:55:36 -0700",
             b"10/Oct/2000:25:55:36 -0700",
+            b"31/Feb/2026:00:00:00 +0000",
+            b"29/Feb/2025:00:00:00 +0000",
+            b"31/Apr/2026:00:00:00 +0000",
+            b"10/Oct/2000:13:55:36 +9999",
             b"",
         ] {
             assert_eq!(
