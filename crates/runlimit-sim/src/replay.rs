@@ -91,9 +91,10 @@ pub struct ReplayOptions {
     /// [`MAX_TOP`]).
     pub top: usize,
     /// How far a line's time may go back from the latest before it: such a
-    /// line is evaluated at the latest time (stores never go back); one
-    /// further back is [`Malformed::OutOfOrder`], so that one bad timestamp
-    /// cannot silently shift a whole run.
+    /// line is evaluated at the latest time (stores never go back); in
+    /// [`Replay::run`], one further back is [`Malformed::OutOfOrder`], so
+    /// that one bad timestamp cannot silently shift a whole run.
+    /// ([`Replay::record`] evaluates whatever it is given.)
     pub max_backwards: Duration,
     /// Show subjects as written instead of by their keyed label.
     pub raw_subjects: bool,
