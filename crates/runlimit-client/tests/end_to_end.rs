@@ -10,49 +10,20 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, routing::get};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_client::HoldLayer;
-use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
-use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
-/// An API allowing 20 requests per one-second window, to all callers
-/// together, as our layer answers: the draft fields on every response, 429
-/// with `Retry-After` beyond the quota.
-async fn serve() -> std::net::SocketAddr {
-    let policy = FixedWindowPolicy::new(
-        PolicyId::new("api").expect("valid"),
-        ScopeId::new("everyone").expect("valid"),
-        20,
-        Duration::from_secs(1),
-    )
-    .expect("valid");
-    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::new(16).expect("valid")));
-    let everyone =
-        |_: &http::request::Parts, _: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-            Ok(SubjectKey::from_digest([1; 32]))
-        };
-    let app = Router::new()
-        .route("/items", get(|| async { "ok" }))
-        .layer(RateLimitLayer::from_shared(store).check(policy, everyone));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    address
-}
+mod support;
 
 /// (admitted, refused) of fifty callers sending through `layer` for ten
 /// seconds, counting the requests answered within them.
 async fn fifty_callers(layer: HoldLayer) -> (u64, u64) {
-    let address = serve().await;
+    let address = support::serve(20, Duration::from_secs(1)).await;
     let client = layer.layer(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
     let (admitted, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let start = Instant::now();

@@ -2,38 +2,11 @@
 //! server limited by Runlimit's own `RateLimitLayer`, over loopback TCP.
 #![cfg(feature = "reqwest")]
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use axum::{Router, routing::get};
-use runlimit_axum::{MissingMetadata, RateLimitLayer};
 use runlimit_client::HoldMiddleware;
-use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
-use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 
-/// An API allowing 3 requests per 2 s window, to everyone together.
-async fn serve() -> std::net::SocketAddr {
-    let policy = FixedWindowPolicy::new(
-        PolicyId::new("api").expect("valid"),
-        ScopeId::new("everyone").expect("valid"),
-        3,
-        Duration::from_secs(2),
-    )
-    .expect("valid");
-    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::new(16).expect("valid")));
-    let everyone =
-        |_: &http::request::Parts, _: &FixedWindowPolicy| -> Result<SubjectKey, MissingMetadata> {
-            Ok(SubjectKey::from_digest([1; 32]))
-        };
-    let app = Router::new()
-        .route("/items", get(|| async { "ok" }))
-        .layer(RateLimitLayer::from_shared(store).check(policy, everyone));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    address
-}
+mod support;
 
 /// The third response says the window is spent (`r=0`): the fourth request
 /// waits for the next window instead of being refused, and so on, so no
@@ -41,7 +14,7 @@ async fn serve() -> std::net::SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_wait_for_the_next_window_instead_of_being_refused() {
     for paced in [false, true] {
-        let address = serve().await;
+        let address = support::serve(3, Duration::from_secs(2)).await;
         let middleware = HoldMiddleware::new(16).expect("valid");
         let middleware = if paced {
             middleware.pace().expect("valid")
@@ -62,7 +35,7 @@ async fn requests_wait_for_the_next_window_instead_of_being_refused() {
     }
 
     // Without the middleware, the fourth request of a window is refused.
-    let address = serve().await;
+    let address = support::serve(3, Duration::from_secs(2)).await;
     let bare = reqwest::Client::new();
     let mut statuses = Vec::new();
     for _ in 0..4 {
@@ -80,7 +53,7 @@ async fn requests_wait_for_the_next_window_instead_of_being_refused() {
 /// succeeds, with a retry budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_get_is_sent_again_after_the_wait() {
-    let address = serve().await;
+    let address = support::serve(3, Duration::from_secs(2)).await;
     // Spend the window without the middleware, so its first request is
     // refused.
     let bare = reqwest::Client::new();
