@@ -4,7 +4,7 @@
 //! policy's period. A hardware 64-bit division has a latency of tens of cycles,
 //! and on a check bound by cache misses it holds back the misses of the checks
 //! that follow: the memory store's GCRA checks on 100k random keys took 1.15×
-//! governor's time with it and 1.02× without (BENCHMARKS.md). The
+//! governor's time with it and 1.02× without (Intel Xeon, 2 cores). The
 //! policy fixes the divisor when it is built; a multiplication by its
 //! precomputed reciprocal and one correction give the same quotient.
 

@@ -84,7 +84,7 @@ impl Clock for SystemClock {
 
 /// The clock a store reads: the system clock called directly, so that a
 /// check makes no virtual call and converts no `Duration` on its hot path
-/// (measured 5–10% of a hot-key fixed-window check, BENCHMARKS.md), or an
+/// (measured at 5–10% of a hot-key fixed-window check), or an
 /// injected one behind the trait.
 #[derive(Clone)]
 pub(crate) enum StoreClock {

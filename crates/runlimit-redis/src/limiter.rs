@@ -68,7 +68,7 @@ macro_rules! script {
 
 /// Invocations of one group (the server, or a cluster slot) sent before later
 /// checks queue to be coalesced: enough to keep the connection's pipeline
-/// busy (measured best of 1, 2 and 4 at 32 tasks, BENCHMARKS.md), so
+/// busy (measured best of 1, 2 and 4 at 32 tasks), so
 /// coalescing starts only where the server, not the round trip, is the limit.
 const IN_FLIGHT: usize = 4;
 
