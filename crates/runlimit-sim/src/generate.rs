@@ -9,6 +9,7 @@ use std::{
 };
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use time::{OffsetDateTime, format_description::BorrowedFormatItem, macros::format_description};
 
 /// What to generate. The same options give the same log, byte for byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,39 +235,12 @@ impl DateText {
 
 /// `01/Jan/2026:00:00:03 +0000` for seconds since the Unix epoch.
 fn clf_date(seconds: i64) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = seconds.div_euclid(86_400);
-    let in_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{day:02}/{}/{year:04}:{:02}:{:02}:{:02} +0000",
-        MONTHS[usize::try_from(month - 1).unwrap_or(0)],
-        in_day / 3_600,
-        in_day % 3_600 / 60,
-        in_day % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day count from 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    const CLF: &[BorrowedFormatItem<'_>] =
+        format_description!("[day]/[month repr:short]/[year]:[hour]:[minute]:[second] +0000");
+    OffsetDateTime::from_unix_timestamp(seconds)
+        .ok()
+        .and_then(|at| at.format(CLF).ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

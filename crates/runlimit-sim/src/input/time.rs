@@ -1,6 +1,10 @@
 //! Timestamps as logs write them, read into nanoseconds since the Unix epoch.
 
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::{
+    OffsetDateTime, PrimitiveDateTime,
+    format_description::{BorrowedFormatItem, well_known::Rfc3339},
+    macros::format_description,
+};
 
 /// How a timestamp field is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -96,79 +100,20 @@ fn parse_rfc3339(text: &[u8]) -> Option<i64> {
 }
 
 /// Parses `10/Oct/2000:13:55:36 -0700` (the zone may be absent, meaning UTC).
+/// A day the month does not have (31/Feb) is a bad date, not a later one.
 pub(crate) fn parse_clf_date(text: &[u8]) -> Option<i64> {
-    fn digits(bytes: &[u8]) -> Option<i64> {
-        bytes.iter().try_fold(0i64, |acc, &b| {
-            b.is_ascii_digit().then(|| acc * 10 + i64::from(b - b'0'))
-        })
-    }
-    if text.len() < 20 || text[2] != b'/' || text[6] != b'/' || text[11] != b':' {
-        return None;
-    }
-    let day = digits(&text[0..2])?;
-    let month = match &text[3..6] {
-        b"Jan" => 1,
-        b"Feb" => 2,
-        b"Mar" => 3,
-        b"Apr" => 4,
-        b"May" => 5,
-        b"Jun" => 6,
-        b"Jul" => 7,
-        b"Aug" => 8,
-        b"Sep" => 9,
-        b"Oct" => 10,
-        b"Nov" => 11,
-        b"Dec" => 12,
-        _ => return None,
-    };
-    let year = digits(&text[7..11])?;
-    if text[14] != b':' || text[17] != b':' {
-        return None;
-    }
-    let hour = digits(&text[12..14])?;
-    let minute = digits(&text[15..17])?;
-    let second = digits(&text[18..20])?;
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let offset = match &text[20..] {
-        [] => 0,
-        [b' ', sign @ (b'+' | b'-'), zone @ ..] if zone.len() == 4 => {
-            let (hours, minutes) = (digits(&zone[0..2])?, digits(&zone[2..4])?);
-            if hours > 23 || minutes > 59 {
-                return None;
-            }
-            let minutes = hours * 60 + minutes;
-            if *sign == b'-' { -minutes } else { minutes }
-        }
-        _ => return None,
-    };
-    // A day the month does not have (31/Feb) is a bad date, not a later one.
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_days = match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    };
-    if !(1..=month_days).contains(&day) {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset * 60;
-    seconds.checked_mul(1_000_000_000)
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    const ZONED: &[BorrowedFormatItem<'_>] = format_description!(
+        "[day]/[month repr:short]/[year]:[hour]:[minute]:[second] [offset_hour sign:mandatory][offset_minute]"
+    );
+    const UTC: &[BorrowedFormatItem<'_>] =
+        format_description!("[day]/[month repr:short]/[year]:[hour]:[minute]:[second]");
+    let text = std::str::from_utf8(text).ok()?;
+    let at = OffsetDateTime::parse(text, ZONED).ok().or_else(|| {
+        PrimitiveDateTime::parse(text, UTC)
+            .ok()
+            .map(PrimitiveDateTime::assume_utc)
+    })?;
+    i64::try_from(at.unix_timestamp_nanos()).ok()
 }
 
 /// Remembers the last date read, since a busy log repeats each second's date
