@@ -185,6 +185,37 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Takes an answer to a request let go as `outstanding`: learns its
+    /// pace, records what it says of the partition, and tells the observer.
+    /// Returns `again` (a copy of the request) with how long to wait when
+    /// the request is to be sent again; `None` when the answer is returned.
+    pub(crate) fn answered<T>(
+        &self,
+        partition: Option<Partition>,
+        outstanding: Outstanding,
+        status: StatusCode,
+        headers: &http::HeaderMap,
+        again: Option<T>,
+        budget: Option<&(dyn Budget + Send + Sync)>,
+    ) -> Option<(T, Retry)> {
+        if let (Some(pacer), Some(partition)) = (&self.pacer, partition) {
+            pacer.learn(partition, headers);
+        }
+        let retry = outstanding.answered(status, headers, again.is_some(), budget);
+        match (again, retry) {
+            (Some(copy), Some(retry)) => {
+                self.observer.retrying();
+                Some((copy, retry))
+            }
+            _ => {
+                self.observer.returned(status);
+                None
+            }
+        }
+    }
+}
+
 /// A request's first turn, taken when it was called.
 pub(crate) enum First {
     /// It may go, and holds its guard.
@@ -458,18 +489,15 @@ where
                     .flatten();
                 let response = inner.call(request).await?;
                 sent += 1;
-                if let (Some(pacer), Some(partition)) = (&core.pacer, partition) {
-                    pacer.learn(partition, response.headers());
-                }
-                let retry = outstanding.answered(
+                match core.answered(
+                    partition,
+                    outstanding,
                     response.status(),
                     response.headers(),
-                    again.is_some(),
+                    again,
                     retries.budget.as_deref(),
-                );
-                match (again, retry) {
-                    (Some(copy), Some(retry)) => {
-                        core.observer.retrying();
+                ) {
+                    Some((copy, retry)) => {
                         // The refusal is not returned: release it (and its
                         // connection) before waiting.
                         drop(response);
@@ -477,10 +505,7 @@ where
                         tokio::time::sleep(retry.sleep).await;
                         request = copy;
                     }
-                    _ => {
-                        core.observer.returned(response.status());
-                        return Ok(response);
-                    }
+                    None => return Ok(response),
                 }
             }
         })

@@ -126,9 +126,7 @@ impl Middleware for HoldMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let Core {
-            pacer, observer, ..
-        } = &self.core;
+        let observer = &self.core.observer;
         if let Some(budget) = &self.budget {
             budget.deposit();
         }
@@ -146,27 +144,21 @@ impl Middleware for HoldMiddleware {
                     .flatten();
             let response = next.clone().run(request, extensions).await?;
             sent += 1;
-            if let (Some(pacer), Some(partition)) = (pacer, partition) {
-                pacer.learn(partition, response.headers());
-            }
-            let retry = outstanding.answered(
+            match self.core.answered(
+                partition,
+                outstanding,
                 response.status(),
                 response.headers(),
-                again.is_some(),
+                again,
                 self.budget.as_deref(),
-            );
-            match (again, retry) {
-                (Some(copy), Some(retry)) => {
-                    observer.retrying();
+            ) {
+                Some((copy, retry)) => {
                     drop(response);
                     spread = retry.spread;
                     tokio::time::sleep(retry.sleep).await;
                     request = copy;
                 }
-                _ => {
-                    observer.returned(response.status());
-                    return Ok(response);
-                }
+                None => return Ok(response),
             }
         }
     }
