@@ -14,6 +14,9 @@
 -- The server's script engine, not the arithmetic, dominates the cost of a
 -- check, so the scripts avoid pattern matching, global lookups and table
 -- growth for the common single check.
+--   * Coalesced invocations (`coalesced.lua`) read every key's state with
+--     one MGET first (into `ahead`); `read` answers from it, and every write
+--     keeps it current, so two members with one key see each other's writes.
 --   * Grants (`grant.lua`): a first pass of `admit` only measures the room
 --     a counter has (`probing`: it records `room` and denies, so nothing is
 --     written), then a second admits the units granted (`granting`), in the
@@ -22,6 +25,19 @@ local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local probing, granting, room = false, nil, 0
+
+-- States read ahead, by key (the stored string, or false for none), in a
+-- coalesced invocation; nil in a single one.
+local ahead = nil
+
+-- The state stored at `key`: read ahead, or read now.
+local function read(key)
+    local state = ahead and ahead[key]
+    if state == nil then
+        return redis.call('GET', key)
+    end
+    return state
+end
 
 -- The integers of `state` ("a:b:c") into `into`, in order; returns how many.
 -- A field that is not an integer reads as nil.
@@ -45,6 +61,9 @@ end
 local function keep(key, value, expires)
     -- Passed as text: Redis would format a Lua number with '%.17g'.
     redis.call('SET', key, value, 'PX', format('%d', ceil((expires - now) / 1000) + 1))
+    if ahead and ahead[key] ~= nil then
+        ahead[key] = value
+    end
 end
 
 -- The batch rule: `decide(i)` for every check, true when allowed; then, only

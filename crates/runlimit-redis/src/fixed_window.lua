@@ -12,7 +12,7 @@ local stored = {0, 0}
 -- Returns nil, changing nothing, for a state that is not exactly two
 -- integers (the general path below decides those).
 local function admit_one(key, limit, window, cost)
-    local state = redis.call('GET', key)
+    local state = read(key)
     if state then
         local colon = find(state, ':', 1, true)
         local used = colon and tonumber(sub(state, 1, colon - 1))
@@ -26,7 +26,11 @@ local function admit_one(key, limit, window, cost)
             end
             used = used + cost
             -- `used` is at most 1e9: '..' writes it as an integer.
-            redis.call('SET', key, used .. sub(state, colon), 'KEEPTTL')
+            local value = used .. sub(state, colon)
+            redis.call('SET', key, value, 'KEEPTTL')
+            if ahead and ahead[key] ~= nil then
+                ahead[key] = value
+            end
             return {0, used, expires, now}
         end
     end
@@ -52,7 +56,7 @@ local function admit(k, n, a)
         -- No window, an expired one or unreadable state: the next allowed check
         -- anchors anew.
         local used, expires = 0, now + window
-        local state = redis.call('GET', KEYS[k + i])
+        local state = read(KEYS[k + i])
         if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
             used, expires = stored[1], stored[2]
         end

@@ -69,7 +69,7 @@ end
 -- version (a counter not stored starts with its creation time).
 local function start_of(key)
     local t, r, version = now, 0, now
-    local state = redis.call('GET', key)
+    local state = read(key)
     if state then
         local count = fields(state, stored)
         local stored_t, stored_r = stored[1], stored[2]

@@ -43,14 +43,21 @@
 //!
 //! Checks and batches issued concurrently through one limiter (and its
 //! clones) to the same server, or on a cluster the same hash slot, share
-//! script invocations. Up to four invocations of a group are in flight at
+//! script invocations. Up to two invocations of a group are in flight at
 //! once; checks issued beyond that queue, and the next invocation carries
 //! them all (at most [`RedisConfig::with_coalescing`] members, 32 by
 //! default) to a script that decides each member on its own, exactly as a
 //! lone invocation would: its own all-or-nothing batch, its own decision,
 //! its own error (one member's denial or caller error never touches
-//! another; caller errors are refused before anything is queued). There is
-//! no timer: a lone check is sent at once with the single-check script.
+//! another; caller errors are refused before anything is queued). Members
+//! that name the same key see each other's writes, in order. There is no
+//! timer: a lone check is sent at once with the single-check script.
+//!
+//! What a member costs the server is most of what a coalesced check costs,
+//! so the shared script reads every member's state with one `MGET`, parses
+//! a policy's arguments once for consecutive checks that share them, and
+//! updates a fixed window's count in place (`SETRANGE`, which keeps the
+//! key's TTL) when it keeps its number of digits.
 //!
 //! The effect on latency: a queued check waits for one invocation ahead of it
 //! to finish, then shares the next; under load this replaces waiting in the

@@ -8,8 +8,8 @@ use std::{
 };
 
 use redis::{
-    FromRedisValue, Script, aio::ConnectionLike, cluster::ClusterClientBuilder,
-    cluster_async::ClusterConnection,
+    FromRedisValue, RedisWrite, Script, ToRedisArgs, aio::ConnectionLike,
+    cluster::ClusterClientBuilder, cluster_async::ClusterConnection,
 };
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
@@ -50,34 +50,37 @@ impl Lua {
 /// A script: the shared prelude (`common.lua`: the clock, state reading and
 /// writing, the batch rule) followed by the algorithm's own body and, for
 /// admissions, the entry point: one check or batch (`single.lua`), or
-/// several coalesced into one invocation (`coalesced.lua`).
+/// several coalesced into one invocation (the algorithm's
+/// `*_coalesced.lua`, then `coalesced.lua`), so a single check's script
+/// defines nothing only coalescing uses.
 macro_rules! script {
-    ($body:literal) => {
-        LazyLock::new(|| Lua::new(concat!(include_str!("common.lua"), include_str!($body))))
-    };
-    ($body:literal, $entry:literal) => {
-        LazyLock::new(|| {
-            Lua::new(concat!(
-                include_str!("common.lua"),
-                include_str!($body),
-                include_str!($entry)
-            ))
-        })
+    ($($part:literal),+) => {
+        LazyLock::new(|| Lua::new(concat!(include_str!("common.lua"), $(include_str!($part)),+)))
     };
 }
 
 /// Invocations of one group (the server, or a cluster slot) sent before later
-/// checks queue to be coalesced: enough to keep the connection's pipeline
-/// busy (measured best of 1, 2 and 4 at 32 tasks), so
+/// checks queue to be coalesced: two keep the connection's pipeline busy, so
 /// coalescing starts only where the server, not the round trip, is the limit.
-const IN_FLIGHT: usize = 4;
+/// At 32 tasks, two let about eleven members gather per invocation where four
+/// let five or six, so each check bears half as much of an invocation's fixed
+/// cost; at 8 tasks coalesced checks still keep up with uncoalesced ones.
+const IN_FLIGHT: usize = 2;
 
 static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua", "single.lua");
 static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua", "single.lua");
 static GCRA: LazyLock<Lua> = script!("gcra.lua", "single.lua");
-static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!("fixed_window.lua", "coalesced.lua");
-static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!("sliding_window.lua", "coalesced.lua");
-static GCRA_COALESCED: LazyLock<Lua> = script!("gcra.lua", "coalesced.lua");
+static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!(
+    "fixed_window.lua",
+    "fixed_window_coalesced.lua",
+    "coalesced.lua"
+);
+static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!(
+    "sliding_window.lua",
+    "sliding_window_coalesced.lua",
+    "coalesced.lua"
+);
+static GCRA_COALESCED: LazyLock<Lua> = script!("gcra.lua", "gcra_coalesced.lua", "coalesced.lua");
 static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
 static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
 static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
@@ -239,18 +242,18 @@ where
     }
 
     /// Runs `lua` on `keys` with `arguments` within the operation timeout.
-    async fn invoke<T: FromRedisValue>(
+    async fn invoke<T: FromRedisValue, A: ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],
-        arguments: &[i64],
+        arguments: &[A],
     ) -> Result<T, CheckError> {
         let mut invocation = lua.script.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
         for argument in arguments {
-            invocation.arg(*argument);
+            invocation.arg(argument);
         }
         let mut connection = self.connection.clone();
         let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
@@ -306,18 +309,13 @@ where
                 .await?;
             return Ok(vec![reply]);
         }
-        let mut keys = Vec::new();
-        let mut arguments = Vec::with_capacity(1 + 2 * members.len());
-        arguments.push(i64::try_from(members.len()).unwrap_or(i64::MAX));
-        for member in &members {
-            arguments.push(i64::try_from(member.keys.len()).unwrap_or(i64::MAX));
-            arguments.push(i64::try_from(member.arguments.len()).unwrap_or(i64::MAX));
-        }
-        for member in members {
-            keys.extend(member.keys);
-            arguments.extend(member.arguments);
-        }
-        self.invoke(P::coalesced_script(), &keys, &arguments).await
+        let count = members.len();
+        let arguments = coalesced_arguments(&members);
+        let keys: Vec<String> = members.into_iter().flat_map(|member| member.keys).collect();
+        let reply: Vec<i64> = self
+            .invoke(P::coalesced_script(), &keys, &arguments)
+            .await?;
+        split_coalesced(&reply, count).ok_or(CheckError::UnexpectedReply)
     }
 
     async fn check_one(&self, check: &Check<'_, P>) -> Result<(Decision, Stamp), CheckError> {
@@ -456,7 +454,8 @@ where
     async fn peek_check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
         let peek = async {
             let keys = self.keys(std::slice::from_ref(check))?;
-            let (now_us, state): (i64, Option<String>) = self.invoke(&PEEK, &keys, &[]).await?;
+            let (now_us, state): (i64, Option<String>) =
+                self.invoke(&PEEK, &keys, &[] as &[i64]).await?;
             Ok(P::peek_decision(check, now_us, state.as_deref()))
         };
         AdmissionReporter::observe(
@@ -692,6 +691,70 @@ macro_rules! limiter_for {
 limiter_for!(FixedWindowPolicy);
 limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
+
+/// One argument of a coalesced invocation (see `coalesced.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CoalescedArgument {
+    Number(i64),
+    /// A lone check with the arguments of the lone check before it, which
+    /// are not sent again: members mostly share a policy and a cost.
+    Repeat,
+}
+
+impl ToRedisArgs for CoalescedArgument {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            Self::Number(number) => number.write_redis_args(out),
+            Self::Repeat => out.write_arg(b"="),
+        }
+    }
+}
+
+/// The arguments of a coalesced invocation of `members`: their count, then
+/// per member a header (a lone check, a repeated lone check, or a batch's
+/// number of keys) and its arguments.
+fn coalesced_arguments(members: &[Member]) -> Vec<CoalescedArgument> {
+    let count = |n: usize| CoalescedArgument::Number(i64::try_from(n).unwrap_or(i64::MAX));
+    let mut arguments = Vec::with_capacity(1 + members.len() * 4);
+    arguments.push(count(members.len()));
+    let mut lone: Option<&[i64]> = None;
+    for member in members {
+        if member.keys.len() == 1 {
+            if lone == Some(member.arguments.as_slice()) {
+                arguments.push(CoalescedArgument::Repeat);
+                continue;
+            }
+            lone = Some(&member.arguments);
+        }
+        arguments.push(count(member.keys.len()));
+        arguments.extend(
+            member
+                .arguments
+                .iter()
+                .map(|&argument| CoalescedArgument::Number(argument)),
+        );
+    }
+    arguments
+}
+
+/// Splits a coalesced invocation's flat reply (`now`, then per member its
+/// length and values) into the replies `members` single invocations would
+/// have given (each ending with `now`); `None` if it is not one.
+fn split_coalesced(reply: &[i64], members: usize) -> Option<Vec<Vec<i64>>> {
+    let (&now, mut rest) = reply.split_first()?;
+    let mut replies = Vec::with_capacity(members);
+    for _ in 0..members {
+        let (&length, tail) = rest.split_first()?;
+        let length = usize::try_from(length).ok().filter(|&n| n <= tail.len())?;
+        let (values, tail) = tail.split_at(length);
+        let mut member = Vec::with_capacity(length + 1);
+        member.extend_from_slice(values);
+        member.push(now);
+        replies.push(member);
+        rest = tail;
+    }
+    rest.is_empty().then_some(replies)
+}
 
 fn as_i64(value: u64) -> i64 {
     // Every value is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
@@ -1047,5 +1110,225 @@ impl RedisPolicy for SlidingWindowPolicy {
                 counts,
             });
         exact.peek_decision(check.policy(), stored, check.cost(), as_u64(now_us))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use runlimit_core::{PolicyId, ScopeId};
+
+    fn member(keys: usize, arguments: &[i64]) -> Member {
+        Member {
+            keys: (0..keys).map(|n| format!("key{n}")).collect(),
+            arguments: arguments.to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_a_lone_check_with_the_arguments_of_the_lone_check_before_it_repeats() {
+        use CoalescedArgument::{Number as N, Repeat};
+        let members = [
+            member(1, &[5, 60, 1]),
+            member(1, &[5, 60, 1]),
+            // A batch between lone checks does not break the repetition, and
+            // is never repeated itself.
+            member(2, &[5, 60, 1, 5, 60, 1]),
+            member(1, &[5, 60, 1]),
+            member(1, &[5, 60, 2]),
+            member(2, &[5, 60, 1, 5, 60, 1]),
+        ];
+        assert_eq!(
+            coalesced_arguments(&members),
+            [
+                N(6),
+                N(1),
+                N(5),
+                N(60),
+                N(1),
+                Repeat,
+                N(2),
+                N(5),
+                N(60),
+                N(1),
+                N(5),
+                N(60),
+                N(1),
+                Repeat,
+                N(1),
+                N(5),
+                N(60),
+                N(2),
+                N(2),
+                N(5),
+                N(60),
+                N(1),
+                N(5),
+                N(60),
+                N(1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_flat_reply_splits_into_single_replies_or_is_refused() {
+        assert_eq!(
+            split_coalesced(&[99, 3, 0, 1, 7, 0, 2, 1, 2], 3),
+            Some(vec![vec![0, 1, 7, 99], vec![99], vec![1, 2, 99]])
+        );
+        // Too short, too long, a negative length, no `now`.
+        assert_eq!(split_coalesced(&[99, 3, 0, 1], 1), None);
+        assert_eq!(split_coalesced(&[99, 1, 0, 5], 1), None);
+        assert_eq!(split_coalesced(&[99, -1, 0], 1), None);
+        assert_eq!(split_coalesced(&[], 1), None);
+    }
+
+    /// The test server's URL, or `None` (with the reason printed) when it is
+    /// absent and `RUNLIMIT_REQUIRE_SERVICES` is not `1`.
+    fn server(runtime: &tokio::runtime::Runtime) -> Option<String> {
+        let url = std::env::var("RUNLIMIT_REDIS_TEST_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+        let reachable = runtime.block_on(async {
+            let client = redis::Client::open(url.as_str())?;
+            let mut connection = tokio::time::timeout(
+                Duration::from_secs(3),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            .map_err(|_| redis::RedisError::from((redis::ErrorKind::IoError, "timed out")))??;
+            redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+        });
+        match reachable {
+            Ok(_) => Some(url),
+            Err(error) if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+                panic!("Redis is required but unreachable at {url}: {error}")
+            }
+            Err(error) => {
+                eprintln!("skipping: Redis unreachable at {url}: {error}");
+                None
+            }
+        }
+    }
+
+    fn subject(n: usize) -> SubjectKey {
+        let mut digest = [0xC0; 32];
+        digest[0] = u8::try_from(n).expect("small");
+        SubjectKey::from_digest(digest)
+    }
+
+    /// Four policies of one algorithm, limits 1, 2, 3 and 5, each with an id
+    /// of its own.
+    fn four<P>(policy: impl Fn(PolicyId, u64) -> Result<P, runlimit_core::PolicyError>) -> Vec<P> {
+        [1, 2, 3, 5]
+            .into_iter()
+            .enumerate()
+            .map(|(n, limit)| {
+                policy(PolicyId::new(format!("policy{n}")).expect("valid"), limit).expect("valid")
+            })
+            .collect()
+    }
+
+    /// Members sent as one coalesced invocation get, check by check, the
+    /// decisions the same members get sent one invocation each, in order, on
+    /// keys of their own.
+    async fn decide_alike<P: RedisPolicy>(url: &str, policies: &[P], members: &[Vec<Drawn>]) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        let limiter = |side: &str| {
+            let config = RedisConfig::default()
+                .with_prefix(format!("rl-test:coalesced-script:{nanos}:{side}:"))
+                .expect("valid prefix");
+            RedisLimiter::<_, P>::connect(url, config)
+        };
+        let (coalesced, single) = (
+            limiter("coalesced").await.expect("connect"),
+            limiter("single").await.expect("connect"),
+        );
+        let checks: Vec<Vec<Check<'_, P>>> = members
+            .iter()
+            .map(|drawn| {
+                drawn
+                    .iter()
+                    .map(|&(key, policy, cost)| {
+                        let (policy, subject) = (&policies[policy], subject(key));
+                        // A cost above the capacity is a caller error.
+                        Check::weighted(policy, subject, cost)
+                            .unwrap_or_else(|_| Check::new(policy, subject))
+                    })
+                    .collect()
+            })
+            .collect();
+        let sent = checks
+            .iter()
+            .map(|checks| Member {
+                keys: coalesced.keys(checks).expect("keys"),
+                arguments: P::arguments(checks),
+            })
+            .collect();
+        let replies = coalesced.send(sent).await.expect("coalesced");
+        assert_eq!(replies.len(), checks.len());
+        for (checks, reply) in checks.iter().zip(&replies) {
+            let alone: Vec<i64> = single
+                .invoke(
+                    P::script(),
+                    &single.keys(checks).expect("keys"),
+                    &P::arguments(checks),
+                )
+                .await
+                .expect("single");
+            let decide = |reply: &[i64]| -> Vec<(bool, Option<u64>)> {
+                P::decisions(checks, reply)
+                    .expect("a reply of the member's shape")
+                    .iter()
+                    .map(|(decision, _)| (decision.is_allowed(), decision.remaining()))
+                    .collect()
+            };
+            assert_eq!(decide(reply), decide(&alone));
+        }
+    }
+
+    /// A check drawn for a member: key, policy and cost.
+    type Drawn = (usize, usize, u64);
+
+    /// Two to twelve members of one to three checks each, over four keys and
+    /// four policies, so that members share keys, arguments and denials.
+    fn members() -> impl Strategy<Value = Vec<Vec<Drawn>>> {
+        let check = (0..4usize, 0..4usize, 1..=2u64);
+        let member = prop::collection::vec(check, 1..=3).prop_map(|mut checks| {
+            // A batch names each counter once.
+            let mut seen = std::collections::HashSet::new();
+            checks.retain(|&(key, policy, _)| seen.insert((key, policy)));
+            checks
+        });
+        prop::collection::vec(member, 2..=12)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        #[test]
+        fn coalesced_members_decide_as_single_invocations(members in members()) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let Some(url) = server(&runtime) else {
+                return Ok(());
+            };
+            let scope = || ScopeId::new("client").expect("valid");
+            let (minute, hour) = (Duration::from_secs(60), Duration::from_secs(3_600));
+            let fixed = four(|id, limit| FixedWindowPolicy::new(id, scope(), limit, minute));
+            let gcra = four(|id, limit| GcraPolicy::new(id, scope(), limit, hour, limit));
+            let sliding = four(|id, limit| SlidingWindowPolicy::new(id, scope(), limit, minute));
+            runtime.block_on(async {
+                decide_alike(&url, &fixed, &members).await;
+                decide_alike(&url, &gcra, &members).await;
+                decide_alike(&url, &sliding, &members).await;
+            });
+        }
     }
 }

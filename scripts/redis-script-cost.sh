@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Counts the instructions a Redis server spends per fixed-window check sent
+# through the coalesced script, under valgrind's callgrind: a count that does
+# not move with whatever else the machine runs, unlike the CPU seconds of
+# `cargo bench -p runlimit-redis --bench redis`. It drives the script that
+# crates/runlimit-redis/src builds with redis-benchmark: invocations of
+# MEMBERS lone checks (default 11, what 32 tasks through one limiter gather)
+# that share their policy, on 10,000 random keys already stored.
+# Usage: scripts/redis-script-cost.sh [MEMBERS]. Needs valgrind, redis-server
+# and redis-benchmark; takes about a minute.
+set -euo pipefail
+members="${1:-11}"
+invocations="${INVOCATIONS:-2000}"
+source_dir="$(cd "$(dirname "$0")/../crates/runlimit-redis/src" && pwd)"
+work="$(mktemp -d)"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    >"$work/server.log" 2>&1 &
+for _ in $(seq 1 120); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.5
+done
+
+script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua")"
+sha="$(redis-cli -p "$port" script load "$script")"
+# KEYS: one random key per member; ARGV: the member count, then a lone check
+# (limit, window in microseconds, cost) and lone checks repeating it.
+command=(evalsha "$sha" "$members")
+for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
+command+=("$members" 1 1000000000 60000000 1)
+for _ in $(seq 2 "$members"); do command+=("="); done
+
+drive() {
+    redis-benchmark -p "$port" -c 4 -P 1 -n "$1" -r 10000 -q "${command[@]}" >/dev/null 2>&1
+}
+# Store every key first, then count only the checks that follow.
+drive $((40000 / members + 1000))
+callgrind_control -z >/dev/null 2>&1
+drive "$invocations"
+callgrind_control -d >/dev/null 2>&1
+dump="$(ls "$work"/callgrind.out.* | head -n 1)"
+total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')"
+echo "$members members per invocation: $((total / (invocations * members))) server instructions per check"
