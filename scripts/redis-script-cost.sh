@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Counts the instructions a Redis server spends per fixed-window check sent
-# through the coalesced script, under valgrind's callgrind: a count that does
-# not move with whatever else the machine runs, unlike the CPU seconds of
-# `cargo bench -p runlimit-redis --bench redis`. It drives the script that
-# crates/runlimit-redis/src builds with redis-benchmark: invocations of
-# MEMBERS lone checks (default 11, what 32 tasks through one limiter gather)
-# that share their policy, on 10,000 random keys already stored.
-# Usage: scripts/redis-script-cost.sh [MEMBERS]. Needs valgrind, redis-server
-# and redis-benchmark; takes about a minute.
+# Counts the instructions a Redis server spends per fixed-window check, under
+# valgrind's callgrind: a count that does not move with whatever else the
+# machine runs, unlike the CPU seconds of `cargo bench -p runlimit-redis
+# --bench redis`. It drives the scripts crates/runlimit-redis/src builds with
+# redis-benchmark, on 10,000 random keys already stored: invocations of
+# MEMBERS lone checks sharing their policy through the coalesced script
+# (default 11, what 32 tasks through one limiter gather), or with `lone`, one
+# check per invocation through the single-check script.
+# Usage: scripts/redis-script-cost.sh [MEMBERS|lone]. Needs valgrind,
+# redis-server and redis-benchmark; takes about a minute.
 set -euo pipefail
 members="${1:-11}"
 invocations="${INVOCATIONS:-2000}"
@@ -24,14 +25,23 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 
-script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua")"
-sha="$(redis-cli -p "$port" script load "$script")"
-# KEYS: one random key per member; ARGV: the member count, then a lone check
-# (limit, window in microseconds, cost) and lone checks repeating it.
-command=(evalsha "$sha" "$members")
-for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
-command+=("$members" 1 1000000000 60000000 1)
-for _ in $(seq 2 "$members"); do command+=("="); done
+if [[ "$members" == lone ]]; then
+    members=1
+    script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/single.lua")"
+    sha="$(redis-cli -p "$port" script load "$script")"
+    # One key; its limit, window in microseconds and cost.
+    command=(evalsha "$sha" 1 "rl:{bench}:__rand_int__" 1000000000 60000000 1)
+else
+    script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" \
+        "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua")"
+    sha="$(redis-cli -p "$port" script load "$script")"
+    # KEYS: one random key per member; ARGV: the member count, then a lone
+    # check (limit, window in microseconds, cost) and lone checks repeating it.
+    command=(evalsha "$sha" "$members")
+    for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
+    command+=("$members" 1 1000000000 60000000 1)
+    for _ in $(seq 2 "$members"); do command+=("="); done
+fi
 
 drive() {
     redis-benchmark -p "$port" -c 4 -P 1 -n "$1" -r 10000 -q "${command[@]}" >/dev/null 2>&1
@@ -43,4 +53,4 @@ drive "$invocations"
 callgrind_control -d >/dev/null 2>&1
 dump="$(ls "$work"/callgrind.out.* | head -n 1)"
 total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')"
-echo "$members members per invocation: $((total / (invocations * members))) server instructions per check"
+echo "$members member(s) per invocation: $((total / (invocations * members))) server instructions per check"

@@ -9,7 +9,7 @@
 --   '='  a lone check with the arguments of the lone check before it, which
 --        are not sent again;
 --   n    a batch of n keys, its arguments following.
--- Every key's state is read first, with one MGET.
+-- Every key's state is read first, with MGET.
 -- Reply: one flat array, `now` and then, member by member, the length of its
 -- reply and the reply a single invocation would give, without `now`. (A
 -- table per member costs the server more to send than its decision.)
@@ -25,7 +25,10 @@ local function append(out, at, reply)
     return at + 1 + length
 end
 
--- Every key's state, in chunks Lua's stack holds.
+-- Every key's state, one MGET per thousand keys (what Lua's stack holds).
+-- MGET answers nil for a missing key and for a key of another type alike,
+-- so neither is read ahead: `read` sends GET for them, which errors on the
+-- other type, as a single invocation does.
 ahead = {}
 local total = #KEYS
 for first = 1, total, 1000 do
@@ -35,7 +38,10 @@ for first = 1, total, 1000 do
     end
     local states = redis.call('MGET', unpack(KEYS, first, last))
     for i = first, last do
-        ahead[KEYS[i]] = states[i - first + 1]
+        local state = states[i - first + 1]
+        if state then
+            ahead[KEYS[i]] = state
+        end
     end
 end
 

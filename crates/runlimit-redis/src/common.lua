@@ -14,8 +14,8 @@
 -- The server's script engine, not the arithmetic, dominates the cost of a
 -- check, so the scripts avoid pattern matching, global lookups and table
 -- growth for the common single check.
---   * Coalesced invocations (`coalesced.lua`) read every key's state with
---     one MGET first (into `ahead`); `read` answers from it, and every write
+--   * Coalesced invocations (`coalesced.lua`) read every stored key's state
+--     with MGET first (into `ahead`); `read` answers from it, and every write
 --     keeps it current, so two members with one key see each other's writes.
 --   * Grants (`grant.lua`): a first pass of `admit` only measures the room
 --     a counter has (`probing`: it records `room` and denies, so nothing is

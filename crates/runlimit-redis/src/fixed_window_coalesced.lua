@@ -4,8 +4,9 @@ local PER_KEY = 3
 
 -- A lone check, its arguments at ARGV[args + 1 ..]: decided as `admit_one`
 -- decides it, its reply appended to `out` after `at`; returns where `out`
--- ends, or nil, changing nothing, for a state that is not two integers (the
--- caller decides those through `admit`). Members that share their arguments
+-- ends, or nil, changing nothing, for a state that is not two numbers or
+-- whose count is not whole (the caller decides those through `admit`, which
+-- writes such a count back as it was). Members that share their arguments
 -- share their parsing, and a count that keeps its number of digits is
 -- written in place (SETRANGE keeps the TTL and answers with an integer).
 local lone_args, lone_limit, lone_window, lone_cost = nil, 0, 0, 0
@@ -21,7 +22,7 @@ local function admit_lone(out, at, k, args)
         local colon = find(state, ':', 1, true)
         local stored_used = colon and tonumber(sub(state, 1, colon - 1))
         local stored_expires = colon and tonumber(sub(state, colon + 1))
-        if not (stored_used and stored_expires) then
+        if not (stored_used and stored_expires) or stored_used % 1 ~= 0 then
             return nil
         end
         if stored_expires > now then

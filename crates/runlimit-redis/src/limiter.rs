@@ -1219,10 +1219,10 @@ mod tests {
         SubjectKey::from_digest(digest)
     }
 
-    /// Four policies of one algorithm, limits 1, 2, 3 and 5, each with an id
-    /// of its own.
+    /// Four policies of one algorithm, limits 1, 2, 5 and 12 (a seeded nine
+    /// gains a digit), each with an id of its own.
     fn four<P>(policy: impl Fn(PolicyId, u64) -> Result<P, runlimit_core::PolicyError>) -> Vec<P> {
-        [1, 2, 3, 5]
+        [1, 2, 5, 12]
             .into_iter()
             .enumerate()
             .map(|(n, limit)| {
@@ -1231,10 +1231,46 @@ mod tests {
             .collect()
     }
 
+    /// A state stored before the members are sent, on both sides alike:
+    /// what a fixed window's count may meet besides its own writes.
+    #[derive(Clone, Copy, Debug)]
+    enum Seed {
+        /// Nine used in a live window: the next admission gains a digit.
+        Nine,
+        /// A count that is not whole.
+        Fraction,
+        /// Not a state at all.
+        Garbage,
+        /// A window that ended long ago, its key still stored.
+        Ended,
+        /// A live window with a field after its two.
+        ExtraField,
+    }
+
+    impl Seed {
+        fn text(self, now_us: i64) -> String {
+            let live = now_us + 60_000_000;
+            match self {
+                Self::Nine => format!("9:{live}"),
+                Self::Fraction => format!("1.5:{live}"),
+                Self::Garbage => "garbage".to_owned(),
+                Self::Ended => "3:1".to_owned(),
+                Self::ExtraField => format!("2:{live}:7"),
+            }
+        }
+    }
+
     /// Members sent as one coalesced invocation get, check by check, the
     /// decisions the same members get sent one invocation each, in order, on
-    /// keys of their own.
-    async fn decide_alike<P: RedisPolicy>(url: &str, policies: &[P], members: &[Vec<Drawn>]) {
+    /// keys of their own, and leave the same states behind (`counted`: the
+    /// part of a state that does not depend on the clock).
+    async fn decide_alike<P: RedisPolicy>(
+        url: &str,
+        policies: &[P],
+        members: &[Vec<Drawn>],
+        seeds: &[(usize, usize, Seed)],
+        counted: fn(&str) -> &str,
+    ) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_nanos());
@@ -1248,6 +1284,33 @@ mod tests {
             limiter("coalesced").await.expect("connect"),
             limiter("single").await.expect("connect"),
         );
+        let mut admin = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("admin");
+        let (seconds, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut admin)
+            .await
+            .expect("time");
+        let key_of = |limiter: &RedisLimiter<_, P>, key: usize, policy: usize| {
+            limiter
+                .keys(&[Check::new(&policies[policy], subject(key))])
+                .expect("key")
+                .remove(0)
+        };
+        for &(key, policy, seed) in seeds {
+            for side in [&coalesced, &single] {
+                let _: () = redis::cmd("SET")
+                    .arg(key_of(side, key, policy))
+                    .arg(seed.text(seconds * 1_000_000 + micros))
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("seed");
+            }
+        }
         let checks: Vec<Vec<Check<'_, P>>> = members
             .iter()
             .map(|drawn| {
@@ -1289,6 +1352,27 @@ mod tests {
             };
             assert_eq!(decide(reply), decide(&alone));
         }
+        let touched = members
+            .iter()
+            .flatten()
+            .map(|&(key, policy, _)| (key, policy))
+            .chain(seeds.iter().map(|&(key, policy, _)| (key, policy)));
+        for (key, policy) in touched {
+            let mut states = Vec::new();
+            for side in [&coalesced, &single] {
+                let state: Option<String> = redis::cmd("GET")
+                    .arg(key_of(side, key, policy))
+                    .query_async(&mut admin)
+                    .await
+                    .expect("state");
+                states.push(state);
+            }
+            let counted: Vec<Option<&str>> = states
+                .iter()
+                .map(|state| state.as_deref().map(counted))
+                .collect();
+            assert_eq!(counted[0], counted[1], "key {key}, policy {policy}");
+        }
     }
 
     /// A check drawn for a member: key, policy and cost.
@@ -1307,11 +1391,26 @@ mod tests {
         prop::collection::vec(member, 2..=12)
     }
 
+    /// Up to three counters stored beforehand.
+    fn seeds() -> impl Strategy<Value = Vec<(usize, usize, Seed)>> {
+        let seed = prop_oneof![
+            Just(Seed::Nine),
+            Just(Seed::Fraction),
+            Just(Seed::Garbage),
+            Just(Seed::Ended),
+            Just(Seed::ExtraField),
+        ];
+        prop::collection::vec((0..4usize, 0..4usize, seed), 0..=3)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
         #[test]
-        fn coalesced_members_decide_as_single_invocations(members in members()) {
+        fn coalesced_members_decide_as_single_invocations(
+            members in members(),
+            seeds in seeds(),
+        ) {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -1324,11 +1423,86 @@ mod tests {
             let fixed = four(|id, limit| FixedWindowPolicy::new(id, scope(), limit, minute));
             let gcra = four(|id, limit| GcraPolicy::new(id, scope(), limit, hour, limit));
             let sliding = four(|id, limit| SlidingWindowPolicy::new(id, scope(), limit, minute));
+            // A fixed window's count is the state's text before its first
+            // colon; the other states carry times.
+            fn count(state: &str) -> &str {
+                state.split(':').next().unwrap_or_default()
+            }
+            fn present(_: &str) -> &str {
+                ""
+            }
             runtime.block_on(async {
-                decide_alike(&url, &fixed, &members).await;
-                decide_alike(&url, &gcra, &members).await;
-                decide_alike(&url, &sliding, &members).await;
+                decide_alike(&url, &fixed, &members, &seeds, count).await;
+                decide_alike(&url, &gcra, &members, &seeds, present).await;
+                decide_alike(&url, &sliding, &members, &seeds, present).await;
             });
         }
+    }
+
+    /// A key of another Redis type fails the invocation, as it fails a
+    /// single one, and is left as it was.
+    #[test]
+    fn a_key_of_another_type_fails_the_invocation_and_stays() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let Some(url) = server(&runtime) else {
+            return;
+        };
+        let policy = FixedWindowPolicy::new(
+            PolicyId::new("other-type").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            5,
+            Duration::from_secs(60),
+        )
+        .expect("valid");
+        runtime.block_on(async {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos());
+            let config = RedisConfig::default()
+                .with_prefix(format!("rl-test:coalesced-other-type:{nanos}:"))
+                .expect("valid prefix");
+            let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(&url, config)
+                .await
+                .expect("connect");
+            let checks = [
+                Check::new(&policy, subject(0)),
+                Check::new(&policy, subject(1)),
+            ];
+            let hash = limiter.keys(&checks[1..]).expect("key").remove(0);
+            let mut admin = redis::Client::open(url.as_str())
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("admin");
+            let _: () = redis::cmd("HSET")
+                .arg(&hash)
+                .arg("field")
+                .arg("value")
+                .query_async(&mut admin)
+                .await
+                .expect("hset");
+            let members = checks
+                .iter()
+                .map(|check| Member {
+                    keys: limiter.keys(std::slice::from_ref(check)).expect("key"),
+                    arguments: FixedWindowPolicy::arguments(std::slice::from_ref(check)),
+                })
+                .collect();
+            assert!(limiter.send(members).await.is_err());
+            let kind: String = redis::cmd("TYPE")
+                .arg(&hash)
+                .query_async(&mut admin)
+                .await
+                .expect("type");
+            assert_eq!(kind, "hash");
+            let _: () = redis::cmd("DEL")
+                .arg(&hash)
+                .query_async(&mut admin)
+                .await
+                .expect("del");
+        });
     }
 }
