@@ -49,7 +49,9 @@
 //! default) to a script that decides each member on its own, exactly as a
 //! lone invocation would: its own all-or-nothing batch, its own decision,
 //! its own error (one member's denial or caller error never touches
-//! another; caller errors are refused before anything is queued). Members
+//! another; caller errors are refused before anything is queued). A server
+//! error, such as a counter's key holding another Redis type, fails every
+//! member of the invocation it happens in, with nothing written. Members
 //! that name the same key see each other's writes, in order. There is no
 //! timer: a lone check is sent at once with the single-check script.
 //!
