@@ -5,9 +5,11 @@
 # --bench redis`. It drives the scripts crates/runlimit-redis/src builds with
 # redis-benchmark, on 10,000 random keys already stored: invocations of
 # MEMBERS lone checks sharing their policy through the coalesced script
-# (default 11, what 32 tasks through one limiter gather), or with `lone`, one
-# check per invocation through the single-check script.
-# Usage: scripts/redis-script-cost.sh [MEMBERS|lone]. Needs valgrind,
+# (default 11, what 32 tasks through one limiter gather); with `lone`, one
+# check per invocation through the single-check script; with `minimal`, the
+# floor the Redis bench compares against (TIME, GET, SET ... PX in one
+# script).
+# Usage: scripts/redis-script-cost.sh [MEMBERS|lone|minimal]. Needs valgrind,
 # redis-server and redis-benchmark; takes about a minute.
 set -euo pipefail
 members="${1:-11}"
@@ -25,7 +27,12 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 
-if [[ "$members" == lone ]]; then
+if [[ "$members" == minimal ]]; then
+    members=1
+    script="local now = redis.call('TIME') local state = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1:1', 'PX', 60000) return 0"
+    sha="$(redis-cli -p "$port" script load "$script")"
+    command=(evalsha "$sha" 1 "rl:{bench}:__rand_int__")
+elif [[ "$members" == lone ]]; then
     members=1
     script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/single.lua")"
     sha="$(redis-cli -p "$port" script load "$script")"

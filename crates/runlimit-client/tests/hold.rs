@@ -17,6 +17,27 @@ use tower::{Layer, ServiceExt, service_fn};
 /// seconds since the test started.
 type Seen = Arc<Mutex<Vec<(String, f64)>>>;
 
+/// A fake API: a service the hold layer can wrap, clone and spawn.
+trait FakeApi:
+    tower::Service<Request<()>, Response = Response<()>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> FakeApi for S where
+    S: tower::Service<
+            Request<()>,
+            Response = Response<()>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// A server that answers a path ending in `/exhausted` with `headers` and
 /// `status`, and anything else with 200 and no fields.
 fn server(
@@ -24,14 +45,7 @@ fn server(
     seen: &Seen,
     status: StatusCode,
     headers: &'static [(&'static str, &'static str)],
-) -> impl tower::Service<
-    Request<()>,
-    Response = Response<()>,
-    Error = Infallible,
-    Future = impl Send + 'static,
-> + Clone
-+ Send
-+ 'static {
+) -> impl FakeApi {
     let seen = Arc::clone(seen);
     service_fn(move |request: Request<()>| {
         let seen = Arc::clone(&seen);
@@ -256,18 +270,7 @@ async fn a_custom_partition_holds_per_token_and_a_dropped_request_is_never_sent(
 
 /// A server that refuses the first `refusals` requests with 429 and
 /// `Retry-After: 2`, then answers 200.
-fn refusing(
-    start: Instant,
-    seen: &Seen,
-    refusals: usize,
-) -> impl tower::Service<
-    Request<()>,
-    Response = Response<()>,
-    Error = Infallible,
-    Future = impl Send + 'static,
-> + Clone
-+ Send
-+ 'static {
+fn refusing(start: Instant, seen: &Seen, refusals: usize) -> impl FakeApi {
     let seen = Arc::clone(seen);
     service_fn(move |request: Request<()>| {
         let seen = Arc::clone(&seen);
@@ -502,18 +505,7 @@ struct FixedWindowServer {
 }
 
 impl FixedWindowServer {
-    fn service(
-        &self,
-        start: Instant,
-    ) -> impl tower::Service<
-        Request<()>,
-        Response = Response<()>,
-        Error = Infallible,
-        Future = impl Send + 'static,
-    > + Clone
-    + Send
-    + Sync
-    + 'static {
+    fn service(&self, start: Instant) -> impl FakeApi + Sync {
         let server = self.clone();
         service_fn(move |_request: Request<()>| {
             let server = server.clone();
@@ -699,18 +691,7 @@ async fn the_observer_is_told_of_waits_retries_and_refusals() {
 }
 
 /// A server that answers each request after `delay`, logging arrivals.
-fn slow_server(
-    start: Instant,
-    seen: &Seen,
-    delay: Duration,
-) -> impl tower::Service<
-    Request<()>,
-    Response = Response<()>,
-    Error = Infallible,
-    Future = impl Send + 'static,
-> + Clone
-+ Send
-+ 'static {
+fn slow_server(start: Instant, seen: &Seen, delay: Duration) -> impl FakeApi {
     let seen = Arc::clone(seen);
     service_fn(move |request: Request<()>| {
         let seen = Arc::clone(&seen);

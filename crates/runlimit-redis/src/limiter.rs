@@ -1139,36 +1139,18 @@ mod tests {
             member(1, &[5, 60, 2]),
             member(2, &[5, 60, 1, 5, 60, 1]),
         ];
-        assert_eq!(
-            coalesced_arguments(&members),
-            [
-                N(6),
-                N(1),
-                N(5),
-                N(60),
-                N(1),
-                Repeat,
-                N(2),
-                N(5),
-                N(60),
-                N(1),
-                N(5),
-                N(60),
-                N(1),
-                Repeat,
-                N(1),
-                N(5),
-                N(60),
-                N(2),
-                N(2),
-                N(5),
-                N(60),
-                N(1),
-                N(5),
-                N(60),
-                N(1),
-            ]
-        );
+        // The count, then member by member.
+        let expected = [
+            &[N(6)][..],
+            &[N(1), N(5), N(60), N(1)],
+            &[Repeat],
+            &[N(2), N(5), N(60), N(1), N(5), N(60), N(1)],
+            &[Repeat],
+            &[N(1), N(5), N(60), N(2)],
+            &[N(2), N(5), N(60), N(1), N(5), N(60), N(1)],
+        ]
+        .concat();
+        assert_eq!(coalesced_arguments(&members), expected);
     }
 
     #[test]
