@@ -42,12 +42,12 @@ else
     script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" \
         "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua")"
     sha="$(redis-cli -p "$port" script load "$script")"
-    # KEYS: one random key per member; ARGV: the member count, then a lone
-    # check (limit, window in microseconds, cost) and lone checks repeating it.
+    # KEYS: one random key per member; ARGV: one run of lone checks sharing
+    # their arguments (0: no key repeats; -MEMBERS, then limit, window in
+    # microseconds, cost).
     command=(evalsha "$sha" "$members")
     for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
-    command+=("$members" 1 1000000000 60000000 1)
-    for _ in $(seq 2 "$members"); do command+=("="); done
+    command+=(0 "-$members" 1000000000 60000000 1)
 fi
 
 drive() {

@@ -15,8 +15,9 @@
 -- check, so the scripts avoid pattern matching, global lookups and table
 -- growth for the common single check.
 --   * Coalesced invocations (`coalesced.lua`) read every stored key's state
---     with MGET first (into `ahead`); `read` answers from it, and every write
---     keeps it current, so two members with one key see each other's writes.
+--     with MGET first (into `states`); `read` answers from it, and every
+--     write is noted in `ahead`, so two members with one key see each
+--     other's writes.
 --   * Grants (`grant.lua`): a first pass of `admit` only measures the room
 --     a counter has (`probing`: it records `room` and denies, so nothing is
 --     written), then a second admits the units granted (`granting`), in the
@@ -26,17 +27,26 @@ local now = clock[1] * 1000000 + clock[2]
 local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local probing, granting, room = false, nil, 0
 
--- States read ahead, by key (the stored string, or false for none), in a
--- coalesced invocation; nil in a single one.
-local ahead = nil
+-- In a coalesced invocation: the states MGET read, by key index (false for
+-- a missing key or a key of another type, which MGET cannot tell apart),
+-- and, when a key occurs more than once, the states written since, by key
+-- (the stored string, or true for one changed in place). Nil otherwise.
+local states, ahead = nil, nil
 
--- The state stored at `key`: read ahead, or read now.
-local function read(key)
-    local state = ahead and ahead[key]
-    if state == nil then
-        return redis.call('GET', key)
+-- The state stored at KEYS[i]: as read ahead or written since, or read now
+-- (with GET, which errors on a key of another type).
+local function read(i)
+    local key, state = KEYS[i], states and states[i]
+    if ahead then
+        local written = ahead[key]
+        if written ~= nil then
+            state = written
+        end
     end
-    return state
+    if state and state ~= true then
+        return state
+    end
+    return redis.call('GET', key)
 end
 
 -- The integers of `state` ("a:b:c") into `into`, in order; returns how many.
@@ -61,7 +71,7 @@ end
 local function keep(key, value, expires)
     -- Passed as text: Redis would format a Lua number with '%.17g'.
     redis.call('SET', key, value, 'PX', format('%d', ceil((expires - now) / 1000) + 1))
-    if ahead and ahead[key] ~= nil then
+    if ahead then
         ahead[key] = value
     end
 end

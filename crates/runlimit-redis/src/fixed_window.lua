@@ -11,8 +11,8 @@ local stored = {0, 0}
 -- its TTL, so the write formats one small integer and computes no expiry.
 -- Returns nil, changing nothing, for a state that is not exactly two
 -- integers (the general path below decides those).
-local function admit_one(key, limit, window, cost)
-    local state = read(key)
+local function admit_one(i, limit, window, cost)
+    local key, state = KEYS[i], read(i)
     if state then
         local colon = find(state, ':', 1, true)
         local used = colon and tonumber(sub(state, 1, colon - 1))
@@ -28,7 +28,7 @@ local function admit_one(key, limit, window, cost)
             -- `used` is at most 1e9: '..' writes it as an integer.
             local value = used .. sub(state, colon)
             redis.call('SET', key, value, 'KEEPTTL')
-            if ahead and ahead[key] ~= nil then
+            if ahead then
                 ahead[key] = value
             end
             return {0, used, expires, now}
@@ -44,7 +44,7 @@ end
 
 local function admit(k, n, a)
     if n == 1 and not probing and not granting then
-        local reply = admit_one(KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]))
+        local reply = admit_one(k + 1, ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]))
         if reply then
             return reply
         end
@@ -56,7 +56,7 @@ local function admit(k, n, a)
         -- No window, an expired one or unreadable state: the next allowed check
         -- anchors anew.
         local used, expires = 0, now + window
-        local state = read(KEYS[k + i])
+        local state = read(k + i)
         if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
             used, expires = stored[1], stored[2]
         end

@@ -1,58 +1,99 @@
 -- What a coalesced invocation (`coalesced.lua`) needs of fixed windows: the
--- arguments per key, and a lone check decided without the batch machinery.
+-- arguments per key, and runs of lone checks decided without the batch
+-- machinery. A C function call, a formatted number or a reply integer each
+-- cost the server about as much as a dozen Lua operations, so a decision
+-- here makes as few of them as it can.
 local PER_KEY = 3
 local match = string.match
 
--- A lone check, its arguments at ARGV[args + 1 ..]: decided as `admit_one`
--- decides it, its reply appended to `out` after `at`; returns where `out`
--- ends, or nil, changing nothing, for a state that is not two runs of
--- digits (the caller decides those through `admit`, as a single invocation
--- would). Members that share their arguments share their parsing, and a
--- count that keeps its number of digits is written in place (SETRANGE keeps
--- the TTL and answers with an integer).
-local lone_args, lone_limit, lone_window, lone_cost = nil, 0, 0, 0
-local function admit_lone(out, at, k, args)
-    if args ~= lone_args then
-        lone_args = args
-        lone_limit, lone_window, lone_cost = tonumber(ARGV[args + 1]), tonumber(ARGV[args + 2]), tonumber(ARGV[args + 3])
-    end
-    local key, limit, cost = KEYS[k + 1], lone_limit, lone_cost
-    local outcome, used, expires = 0, cost, now + lone_window
-    local state = read(key)
-    if state then
-        -- One match and two coercions cost the server less than a find, two
-        -- subs and two tonumber calls (each of which converts twice).
-        local used_text, expires_text = match(state, '^(%d+):(%d+)$')
-        if not used_text then
-            return nil
+-- SETRANGE's offset of a count's last digit (by the count's number of
+-- digits) and the digits, as strings the script holds already.
+local LAST = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+local DIGIT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+
+-- Up to `r` lone checks of KEYS[k + 1 .. k + r] sharing the arguments at
+-- ARGV[a + 1 ..], each decided as `admit_one` decides it, their replies
+-- appended to `out` after `at`; returns where `out` ends and how many it
+-- decided. It stops, changing nothing, at a state that is not two runs of
+-- digits, which the caller decides through `admit`, as a single invocation
+-- would. A reply is compact: -(2 * used + outcome) - 1, then the window's
+-- end.
+local function admit_lones(out, at, k, a, r)
+    local limit, window, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    -- A new window's state and expiry, formatted when a check first needs them.
+    local fresh, fresh_state, fresh_px = now + window, nil, nil
+    for i = k + 1, k + r do
+        local key, state = KEYS[i], states[i]
+        if ahead then
+            local written = ahead[key]
+            if written == true then
+                state = redis.call('GET', key)
+            elseif written ~= nil then
+                state = written
+            end
         end
-        local stored_used, stored_expires = used_text + 0, expires_text + 0
-        if stored_expires > now then
+        local used_text, expires_text
+        if state then
+            used_text, expires_text = match(state, '^(%d+):(%d+)$')
+        end
+        if state and not used_text then
+            return at, i - k - 1
+        end
+        local outcome, used, expires = 0, cost, fresh
+        local stored_expires = expires_text and expires_text + 0
+        if stored_expires and stored_expires > now then
+            local stored_used = used_text + 0
+            local last = LAST[#used_text]
             used, expires = stored_used + cost, stored_expires
             if used > limit then
                 outcome, used = 1, stored_used
+            elseif last and stored_used % 10 + cost < 10 then
+                -- Only the last digit changes. SETRANGE keeps the TTL.
+                redis.call('SETRANGE', key, last, DIGIT[used % 10])
+                if ahead then
+                    ahead[key] = true
+                end
             else
                 local text = format('%d', used)
                 if #text == #used_text then
-                    -- Sent as text: a number argument would be formatted as
-                    -- a float.
                     redis.call('SETRANGE', key, '0', text)
-                    ahead[key] = nil
+                    if ahead then
+                        ahead[key] = true
+                    end
                 else
                     local value = text .. ':' .. expires_text
                     redis.call('SET', key, value, 'KEEPTTL')
-                    ahead[key] = value
+                    if ahead then
+                        ahead[key] = value
+                    end
                 end
             end
-            out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 3, outcome, used, expires
-            return at + 4
+        elseif cost > limit then
+            outcome, used = 1, 0
+            if not state then
+                -- What a single invocation's read does to a key of
+                -- another type: fail.
+                redis.call('GET', key)
+            end
+        else
+            if not fresh_state then
+                -- As `keep` would write it.
+                fresh_state = format('%d:%d', cost, fresh)
+                fresh_px = format('%d', ceil(window / 1000) + 1)
+            end
+            if state then
+                redis.call('SET', key, fresh_state, 'PX', fresh_px)
+            elseif not redis.call('SET', key, fresh_state, 'PX', fresh_px, 'NX') then
+                -- MGET answered nil for a key of another type, which NX
+                -- left intact: GET fails as a single invocation's read.
+                redis.call('GET', key)
+            end
+            if ahead then
+                ahead[key] = fresh_state
+            end
         end
+        out[at + 1], out[at + 2] = -2 * used - outcome - 1, expires
+        at = at + 2
     end
-    if cost > limit then
-        outcome, used = 1, 0
-    else
-        keep(key, format('%d:%d', cost, expires), expires)
-    end
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 3, outcome, used, expires
-    return at + 4
+    return at, r
 end

@@ -64,12 +64,12 @@ local function fitting(ahead_us, ahead_rem, us, rem, tol_us, tol_rem, quota)
     return n
 end
 
--- Where a check of `key` starts: its arrival time and remainder, the later
+-- Where a check of KEYS[i] starts: its arrival time and remainder, the later
 -- of the stored one and now (unreadable state starts at now), and its
 -- version (a counter not stored starts with its creation time).
-local function start_of(key)
+local function start_of(i)
     local t, r, version = now, 0, now
-    local state = read(key)
+    local state = read(i)
     if state then
         local count = fields(state, stored)
         local stored_t, stored_r = stored[1], stored[2]
@@ -95,11 +95,12 @@ end
 
 -- One counter's check (not a grant): the common case, decided as `admit`
 -- decides it, without the batch machinery (its closures and tables).
-local function admit_one(key, a)
+local function admit_one(i, a)
+    local key = KEYS[i]
     local quota = tonumber(ARGV[a + 1])
     local inc_us, inc_rem = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     local tol_us, tol_rem = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    local t, r, version = start_of(key)
+    local t, r, version = start_of(i)
     t = t + inc_us
     r = r + inc_rem
     if r >= quota then
@@ -116,7 +117,7 @@ end
 
 local function admit(k, n, a)
     if n == 1 and not probing and not granting then
-        return admit_one(KEYS[k + 1], a)
+        return admit_one(k + 1, a)
     end
     local reply = n == 1 and {0, 0, 0, 0, 0} or {}
     local tat_us, tat_rem, versions = {}, {}, {}
@@ -125,7 +126,7 @@ local function admit(k, n, a)
         local quota = tonumber(ARGV[base + 1])
         local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
         local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-        local t, r, version = start_of(KEYS[k + i])
+        local t, r, version = start_of(k + i)
         if granting then
             inc_us, inc_rem = times(granting, inc_us, inc_rem, quota)
         elseif probing then

@@ -8,8 +8,8 @@ use std::{
 };
 
 use redis::{
-    FromRedisValue, RedisWrite, Script, ToRedisArgs, aio::ConnectionLike,
-    cluster::ClusterClientBuilder, cluster_async::ClusterConnection,
+    FromRedisValue, Script, ToRedisArgs, aio::ConnectionLike, cluster::ClusterClientBuilder,
+    cluster_async::ClusterConnection,
 };
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
@@ -692,60 +692,60 @@ limiter_for!(FixedWindowPolicy);
 limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
 
-/// One argument of a coalesced invocation (see `coalesced.lua`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CoalescedArgument {
-    Number(i64),
-    /// A lone check with the arguments of the lone check before it, which
-    /// are not sent again: members mostly share a policy and a cost.
-    Repeat,
-}
-
-impl ToRedisArgs for CoalescedArgument {
-    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        match self {
-            Self::Number(number) => number.write_redis_args(out),
-            Self::Repeat => out.write_arg(b"="),
-        }
-    }
-}
-
-/// The arguments of a coalesced invocation of `members`: their count, then
-/// per member a header (a lone check, a repeated lone check, or a batch's
-/// number of keys) and its arguments.
-fn coalesced_arguments(members: &[Member]) -> Vec<CoalescedArgument> {
-    let count = |n: usize| CoalescedArgument::Number(i64::try_from(n).unwrap_or(i64::MAX));
+/// The arguments of a coalesced invocation of `members` (see
+/// `coalesced.lua`): whether a key occurs more than once, then per member a
+/// header and its arguments. Consecutive lone checks with the same arguments
+/// (members mostly share a policy and a cost) are one run, `-r` followed by
+/// their arguments once; a batch is its number of keys followed by its
+/// arguments.
+fn coalesced_arguments(members: &[Member]) -> Vec<i64> {
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut keys = std::collections::HashSet::new();
+    let repeats = !members
+        .iter()
+        .flat_map(|member| &member.keys)
+        .all(|key| keys.insert(key.as_str()));
     let mut arguments = Vec::with_capacity(1 + members.len() * 4);
-    arguments.push(count(members.len()));
-    let mut lone: Option<&[i64]> = None;
+    arguments.push(i64::from(repeats));
+    // Where the current run's header is, and its arguments.
+    let mut run: Option<(usize, &[i64])> = None;
     for member in members {
         if member.keys.len() == 1 {
-            if lone == Some(member.arguments.as_slice()) {
-                arguments.push(CoalescedArgument::Repeat);
+            if let Some((header, lone)) = run
+                && lone == member.arguments.as_slice()
+            {
+                arguments[header] -= 1;
                 continue;
             }
-            lone = Some(&member.arguments);
+            run = Some((arguments.len(), &member.arguments));
+            arguments.push(-1);
+        } else {
+            run = None;
+            arguments.push(count(member.keys.len()));
         }
-        arguments.push(count(member.keys.len()));
-        arguments.extend(
-            member
-                .arguments
-                .iter()
-                .map(|&argument| CoalescedArgument::Number(argument)),
-        );
+        arguments.extend_from_slice(&member.arguments);
     }
     arguments
 }
 
-/// Splits a coalesced invocation's flat reply (`now`, then per member its
-/// length and values) into the replies `members` single invocations would
-/// have given (each ending with `now`); `None` if it is not one.
+/// Splits a coalesced invocation's flat reply into the replies `members`
+/// single invocations would have given (each ending with `now`); `None` if it
+/// is not one. The reply is `now`, then per member either the length of its
+/// reply and the values, or a lone fixed-window check's compact reply:
+/// `-(2 * used + outcome) - 1` and the window's end.
 fn split_coalesced(reply: &[i64], members: usize) -> Option<Vec<Vec<i64>>> {
     let (&now, mut rest) = reply.split_first()?;
     let mut replies = Vec::with_capacity(members);
     for _ in 0..members {
-        let (&length, tail) = rest.split_first()?;
-        let length = usize::try_from(length).ok().filter(|&n| n <= tail.len())?;
+        let (&first, tail) = rest.split_first()?;
+        if first < 0 {
+            let (&expires, tail) = tail.split_first()?;
+            let code = -(first + 1);
+            replies.push(vec![code & 1, code >> 1, expires, now]);
+            rest = tail;
+            continue;
+        }
+        let length = usize::try_from(first).ok().filter(|&n| n <= tail.len())?;
         let (values, tail) = tail.split_at(length);
         let mut member = Vec::with_capacity(length + 1);
         member.extend_from_slice(values);
@@ -1127,30 +1127,55 @@ mod tests {
     }
 
     #[test]
-    fn only_a_lone_check_with_the_arguments_of_the_lone_check_before_it_repeats() {
-        use CoalescedArgument::{Number as N, Repeat};
+    fn consecutive_lone_checks_with_the_same_arguments_are_sent_as_one_run() {
         let members = [
             member(1, &[5, 60, 1]),
             member(1, &[5, 60, 1]),
-            // A batch between lone checks does not break the repetition, and
-            // is never repeated itself.
+            member(1, &[5, 60, 1]),
+            // A batch ends a run, and is never part of one.
             member(2, &[5, 60, 1, 5, 60, 1]),
             member(1, &[5, 60, 1]),
             member(1, &[5, 60, 2]),
             member(2, &[5, 60, 1, 5, 60, 1]),
         ];
-        // The count, then member by member.
+        // Whether a key repeats (each member's keys are key0, key1...), then
+        // member by member.
         let expected = [
-            &[N(6)][..],
-            &[N(1), N(5), N(60), N(1)],
-            &[Repeat],
-            &[N(2), N(5), N(60), N(1), N(5), N(60), N(1)],
-            &[Repeat],
-            &[N(1), N(5), N(60), N(2)],
-            &[N(2), N(5), N(60), N(1), N(5), N(60), N(1)],
+            &[1][..],
+            &[-3, 5, 60, 1],
+            &[2, 5, 60, 1, 5, 60, 1],
+            &[-1, 5, 60, 1],
+            &[-1, 5, 60, 2],
+            &[2, 5, 60, 1, 5, 60, 1],
         ]
         .concat();
         assert_eq!(coalesced_arguments(&members), expected);
+    }
+
+    #[test]
+    fn the_arguments_say_whether_a_key_occurs_twice() {
+        let distinct = [
+            Member {
+                keys: vec!["a".to_owned()],
+                arguments: vec![5, 60, 1],
+            },
+            Member {
+                keys: vec!["b".to_owned(), "c".to_owned()],
+                arguments: vec![5, 60, 1, 5, 60, 1],
+            },
+        ];
+        assert_eq!(coalesced_arguments(&distinct)[0], 0);
+        let shared = [
+            Member {
+                keys: vec!["a".to_owned()],
+                arguments: vec![5, 60, 1],
+            },
+            Member {
+                keys: vec!["b".to_owned(), "a".to_owned()],
+                arguments: vec![5, 60, 1, 5, 60, 1],
+            },
+        ];
+        assert_eq!(coalesced_arguments(&shared)[0], 1);
     }
 
     #[test]
@@ -1159,10 +1184,15 @@ mod tests {
             split_coalesced(&[99, 3, 0, 1, 7, 0, 2, 1, 2], 3),
             Some(vec![vec![0, 1, 7, 99], vec![99], vec![1, 2, 99]])
         );
-        // Too short, too long, a negative length, no `now`.
+        // Compact replies: -(2 * used + outcome) - 1, then the window's end.
+        assert_eq!(
+            split_coalesced(&[99, -9, 120, 1, 5, -2, 130], 3),
+            Some(vec![vec![0, 4, 120, 99], vec![5, 99], vec![1, 0, 130, 99]])
+        );
+        // Too short, too long, a compact reply cut short, no `now`.
         assert_eq!(split_coalesced(&[99, 3, 0, 1], 1), None);
         assert_eq!(split_coalesced(&[99, 1, 0, 5], 1), None);
-        assert_eq!(split_coalesced(&[99, -1, 0], 1), None);
+        assert_eq!(split_coalesced(&[99, -1], 1), None);
         assert_eq!(split_coalesced(&[], 1), None);
     }
 
@@ -1219,6 +1249,9 @@ mod tests {
     enum Seed {
         /// Nine used in a live window: the next admission gains a digit.
         Nine,
+        /// Eight used in a live window, under the limit of twelve: an
+        /// admission of one changes the last digit, one of two carries.
+        Eight,
         /// A count that is not whole.
         Fraction,
         /// Not a state at all.
@@ -1234,6 +1267,7 @@ mod tests {
             let live = now_us + 60_000_000;
             match self {
                 Self::Nine => format!("9:{live}"),
+                Self::Eight => format!("8:{live}"),
                 Self::Fraction => format!("1.5:{live}"),
                 Self::Garbage => "garbage".to_owned(),
                 Self::Ended => "3:1".to_owned(),
@@ -1377,16 +1411,22 @@ mod tests {
     fn seeds() -> impl Strategy<Value = Vec<(usize, usize, Seed)>> {
         let seed = prop_oneof![
             Just(Seed::Nine),
+            Just(Seed::Eight),
             Just(Seed::Fraction),
             Just(Seed::Garbage),
             Just(Seed::Ended),
             Just(Seed::ExtraField),
         ];
-        prop::collection::vec((0..4usize, 0..4usize, seed), 0..=3)
+        let counter = (0..4usize, 0..4usize, seed).prop_map(|(key, policy, seed)| match seed {
+            // The policy whose limit is twelve.
+            Seed::Eight => (key, 3, seed),
+            _ => (key, policy, seed),
+        });
+        prop::collection::vec(counter, 0..=3)
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(32))]
+        #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
         fn coalesced_members_decide_as_single_invocations(

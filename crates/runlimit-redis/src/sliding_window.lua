@@ -43,7 +43,7 @@ local function admit(k, n, a)
         local latest, version, sent = eighth(now, g), now, 0
         starts[i] = at
         -- Unreadable state counts as none.
-        local state = read(KEYS[k + i])
+        local state = read(k + i)
         local count = state and fields(state, stored) or 0
         local readable = count >= 3 and count <= 11
         for j = 1, count do
