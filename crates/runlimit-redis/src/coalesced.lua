@@ -27,22 +27,48 @@ local function append(out, at, reply)
     return at + 1 + length
 end
 
--- Every key's state, one MGET per thousand keys (what Lua's stack holds).
-local total = #KEYS
-if total <= 1000 then
-    states = redis.call('MGET', unpack(KEYS))
-else
-    states = {}
+-- Calls `command` on `names` (unpacked), a thousand at a time (what Lua's
+-- stack holds); `each(reply, first)` takes each reply.
+local function in_chunks(command, names, each)
+    local total = #names
     for first = 1, total, 1000 do
         local last = first + 999
         if last > total then
             last = total
         end
-        local read_ahead = redis.call('MGET', unpack(KEYS, first, last))
-        for i = first, last do
-            states[i] = read_ahead[i - first + 1]
-        end
+        each(redis.call(command, unpack(names, first, last)), first)
     end
+end
+
+-- Every key's state, read before anything is written. MGET answers nil for
+-- a missing key and for a key of another type alike; if EXISTS finds any of
+-- those keys, GET fails on it as a single invocation's read would, before
+-- any member has written (so the invocation is refused having consumed
+-- nothing). Every nil that remains is a missing key.
+if #KEYS <= 1000 then
+    states = redis.call('MGET', unpack(KEYS))
+else
+    states = {}
+    in_chunks('MGET', KEYS, function(reply, first)
+        for i = 1, #reply do
+            states[first + i - 1] = reply[i]
+        end
+    end)
+end
+local unread = {}
+for i = 1, #KEYS do
+    if not states[i] then
+        unread[#unread + 1] = KEYS[i]
+    end
+end
+if #unread > 0 then
+    in_chunks('EXISTS', unread, function(found)
+        if found > 0 then
+            for i = 1, #unread do
+                redis.call('GET', unread[i])
+            end
+        end
+    end)
 end
 if ARGV[1] == '1' then
     ahead = {}

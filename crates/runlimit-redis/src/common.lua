@@ -27,10 +27,10 @@ local now = clock[1] * 1000000 + clock[2]
 local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local probing, granting, room = false, nil, 0
 
--- In a coalesced invocation: the states MGET read, by key index (false for
--- a missing key or a key of another type, which MGET cannot tell apart),
--- and, when a key occurs more than once, the states written since, by key
--- (the stored string, or true for one changed in place). Nil otherwise.
+-- In a coalesced invocation: the states read before anything is written,
+-- by key index (false for a missing key), and, when a key occurs more than
+-- once, the states written since, by key (the stored string, or true for
+-- one changed in place). Nil otherwise.
 local states, ahead = nil, nil
 
 -- The state stored at KEYS[i]: as read ahead or written since, or read now
@@ -43,10 +43,10 @@ local function read(i)
             state = written
         end
     end
-    if state and state ~= true then
-        return state
+    if state == nil or state == true then
+        return redis.call('GET', key)
     end
-    return redis.call('GET', key)
+    return state
 end
 
 -- The integers of `state` ("a:b:c") into `into`, in order; returns how many.

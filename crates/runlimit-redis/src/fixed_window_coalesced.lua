@@ -70,24 +70,13 @@ local function admit_lones(out, at, k, a, r)
             end
         elseif cost > limit then
             outcome, used = 1, 0
-            if not state then
-                -- What a single invocation's read does to a key of
-                -- another type: fail.
-                redis.call('GET', key)
-            end
         else
             if not fresh_state then
                 -- As `keep` would write it.
                 fresh_state = format('%d:%d', cost, fresh)
                 fresh_px = format('%d', ceil(window / 1000) + 1)
             end
-            if state then
-                redis.call('SET', key, fresh_state, 'PX', fresh_px)
-            elseif not redis.call('SET', key, fresh_state, 'PX', fresh_px, 'NX') then
-                -- MGET answered nil for a key of another type, which NX
-                -- left intact: GET fails as a single invocation's read.
-                redis.call('GET', key)
-            end
+            redis.call('SET', key, fresh_state, 'PX', fresh_px)
             if ahead then
                 ahead[key] = fresh_state
             end

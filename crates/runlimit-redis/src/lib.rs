@@ -56,11 +56,12 @@
 //! timer: a lone check is sent at once with the single-check script.
 //!
 //! What a member costs the server is most of what a coalesced check costs,
-//! so the shared script reads every stored member's state with `MGET` (one
-//! per thousand keys), receives a policy's arguments once for consecutive
-//! checks that share them, and, for fixed windows, parses them once and
-//! updates a count in place (`SETRANGE`, which keeps the key's TTL) when it
-//! keeps its number of digits.
+//! so the shared script reads every member's state before it writes anything
+//! (`MGET`, one per thousand keys), receives a policy's arguments once for
+//! each run of consecutive checks that share them, and, for fixed windows,
+//! decides such a run in one loop that rewrites a count's last digit in
+//! place (`SETRANGE`, which keeps the key's TTL) when the count keeps its
+//! number of digits, and answers each check with two integers.
 //!
 //! The effect on latency: a queued check waits for one invocation ahead of it
 //! to finish, then shares the next; under load this replaces waiting in the

@@ -62,7 +62,7 @@ macro_rules! script {
 /// Invocations of one group (the server, or a cluster slot) sent before later
 /// checks queue to be coalesced: two keep the connection's pipeline busy, so
 /// coalescing starts only where the server, not the round trip, is the limit.
-/// At 32 tasks, two let about eleven members gather per invocation where four
+/// At 32 tasks, two let about ten members gather per invocation where four
 /// let five or six, so each check bears half as much of an invocation's fixed
 /// cost; at 8 tasks coalesced checks still keep up with uncoalesced ones.
 const IN_FLIGHT: usize = 2;
@@ -1462,9 +1462,10 @@ mod tests {
     }
 
     /// A key of another Redis type fails the invocation, as it fails a
-    /// single one, and is left as it was.
+    /// single one, before any member has written: it is left as it was, and
+    /// so are the counters of the members sent before it.
     #[test]
-    fn a_key_of_another_type_fails_the_invocation_and_stays() {
+    fn a_key_of_another_type_fails_the_invocation_and_nothing_is_written() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1489,11 +1490,14 @@ mod tests {
             let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(&url, config)
                 .await
                 .expect("connect");
+            // A counter not stored yet, one stored, and a key of another type.
             let checks = [
                 Check::new(&policy, subject(0)),
+                Check::new(&policy, subject(2)),
                 Check::new(&policy, subject(1)),
             ];
-            let hash = limiter.keys(&checks[1..]).expect("key").remove(0);
+            assert!(limiter.check(&checks[1]).await.expect("check").is_allowed());
+            let hash = limiter.keys(&checks[2..]).expect("key").remove(0);
             let mut admin = redis::Client::open(url.as_str())
                 .expect("url")
                 .get_multiplexed_async_connection()
@@ -1520,6 +1524,18 @@ mod tests {
                 .await
                 .expect("type");
             assert_eq!(kind, "hash");
+            let mut counts = Vec::new();
+            for check in &checks[..2] {
+                let state: Option<String> = redis::cmd("GET")
+                    .arg(limiter.keys(std::slice::from_ref(check)).expect("key"))
+                    .query_async(&mut admin)
+                    .await
+                    .expect("state");
+                counts.push(
+                    state.map(|state| state.split(':').next().unwrap_or_default().to_owned()),
+                );
+            }
+            assert_eq!(counts, [None, Some("1".to_owned())]);
             let _: () = redis::cmd("DEL")
                 .arg(&hash)
                 .query_async(&mut admin)
