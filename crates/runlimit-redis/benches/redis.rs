@@ -543,4 +543,29 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
             median(&mut rounds.iter().map(|r| r.3).collect()),
         );
     }
+    // On a shared machine a slow round slows every workload in it, so each
+    // round's ratio to the PING measured just before it is steadier than
+    // the ratio of medians.
+    for (workload, rounds) in workloads.iter().zip(&results).skip(1) {
+        let mut rates: Vec<f64> = rounds
+            .iter()
+            .zip(&results[0])
+            .map(|(r, ping)| r.0 / ping.0)
+            .collect();
+        let mut cpus: Vec<f64> = rounds
+            .iter()
+            .zip(&results[0])
+            .map(|(r, ping)| r.2 / ping.2)
+            .collect();
+        println!(
+            "median of the rounds' ratios to their PING, {workload:?}: {:.0}% of its rate ({:.0}–{:.0}%), \
+             {:.2}× its server CPU per operation ({:.2}–{:.2}×)",
+            100.0 * median(&mut rates),
+            100.0 * rates[0],
+            100.0 * rates[rates.len() - 1],
+            median(&mut cpus),
+            cpus[0],
+            cpus[cpus.len() - 1],
+        );
+    }
 }
