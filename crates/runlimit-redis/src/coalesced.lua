@@ -12,8 +12,8 @@
 -- Every key's state is read first, with MGET.
 -- Reply: one flat array, `now` and then, member by member, either the
 -- length of its reply and the reply a single invocation would give, without
--- `now`, or the compact reply of `admit_lones`, whose first value is
--- negative. (A table per member costs the server more to send than its
+-- `now`, or the reply of `admit_lones`, a string (the state the check was
+-- decided on). (A table per member costs the server more to send than its
 -- decision.)
 
 -- Appends a single invocation's `reply` to `out` after `at`; returns where

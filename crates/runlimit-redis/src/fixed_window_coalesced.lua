@@ -16,12 +16,14 @@ local DIGIT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
 -- appended to `out` after `at`; returns where `out` ends and how many it
 -- decided. It stops, changing nothing, at a state that is not two runs of
 -- digits, which the caller decides through `admit`, as a single invocation
--- would. A reply is compact: -(2 * used + outcome) - 1, then the window's
--- end.
+-- would. A check's reply is the state it was decided on, as read ('' for
+-- none): the client, which sent the arguments, decides from it as this loop
+-- does, and one string costs the server less than the integers of a
+-- decision.
 local function admit_lones(out, at, k, a, r)
     local limit, window, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     -- A new window's state and expiry, formatted when a check first needs them.
-    local fresh, fresh_state, fresh_px = now + window, nil, nil
+    local fresh_state, fresh_px = nil, nil
     for i = k + 1, k + r do
         local key, state = KEYS[i], states[i]
         if ahead then
@@ -39,14 +41,11 @@ local function admit_lones(out, at, k, a, r)
         if state and not used_text then
             return at, i - k - 1
         end
-        local outcome, used, expires = 0, cost, fresh
-        local stored_expires = expires_text and expires_text + 0
-        if stored_expires and stored_expires > now then
+        if expires_text and expires_text + 0 > now then
             local stored_used = used_text + 0
-            local last = LAST[#used_text]
-            used, expires = stored_used + cost, stored_expires
+            local used, last = stored_used + cost, LAST[#used_text]
             if used > limit then
-                outcome, used = 1, stored_used
+                -- Denied: nothing changes.
             elseif last and stored_used % 10 + cost < 10 then
                 -- Only the last digit changes. SETRANGE keeps the TTL.
                 redis.call('SETRANGE', key, last, DIGIT[used % 10])
@@ -68,12 +67,10 @@ local function admit_lones(out, at, k, a, r)
                     end
                 end
             end
-        elseif cost > limit then
-            outcome, used = 1, 0
-        else
+        elseif cost <= limit then
             if not fresh_state then
                 -- As `keep` would write it.
-                fresh_state = format('%d:%d', cost, fresh)
+                fresh_state = format('%d:%d', cost, now + window)
                 fresh_px = format('%d', ceil(window / 1000) + 1)
             end
             redis.call('SET', key, fresh_state, 'PX', fresh_px)
@@ -81,8 +78,8 @@ local function admit_lones(out, at, k, a, r)
                 ahead[key] = fresh_state
             end
         end
-        out[at + 1], out[at + 2] = -2 * used - outcome - 1, expires
-        at = at + 2
+        out[at + 1] = state or ''
+        at = at + 1
     end
     return at, r
 end

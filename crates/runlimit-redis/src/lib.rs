@@ -61,7 +61,8 @@
 //! each run of consecutive checks that share them, and, for fixed windows,
 //! decides such a run in one loop that rewrites a count's last digit in
 //! place (`SETRANGE`, which keeps the key's TTL) when the count keeps its
-//! number of digits, and answers each check with two integers.
+//! number of digits, and answers each check with the state it decided on
+//! (the client, which sent the arguments, decides from it again).
 //!
 //! The effect on latency: a queued check waits for one invocation ahead of it
 //! to finish, then shares the next; under load this replaces waiting in the

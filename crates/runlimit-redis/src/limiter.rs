@@ -309,13 +309,17 @@ where
                 .await?;
             return Ok(vec![reply]);
         }
-        let count = members.len();
         let arguments = coalesced_arguments(&members);
-        let keys: Vec<String> = members.into_iter().flat_map(|member| member.keys).collect();
-        let reply: Vec<i64> = self
+        let mut keys = Vec::with_capacity(members.len());
+        let mut own_arguments = Vec::with_capacity(members.len());
+        for member in members {
+            keys.extend(member.keys);
+            own_arguments.push(member.arguments);
+        }
+        let reply: Vec<redis::Value> = self
             .invoke(P::coalesced_script(), &keys, &arguments)
             .await?;
-        split_coalesced(&reply, count).ok_or(CheckError::UnexpectedReply)
+        split_coalesced(&reply, &own_arguments).ok_or(CheckError::UnexpectedReply)
     }
 
     async fn check_one(&self, check: &Check<'_, P>) -> Result<(Decision, Stamp), CheckError> {
@@ -728,32 +732,75 @@ fn coalesced_arguments(members: &[Member]) -> Vec<i64> {
     arguments
 }
 
-/// Splits a coalesced invocation's flat reply into the replies `members`
-/// single invocations would have given (each ending with `now`); `None` if it
-/// is not one. The reply is `now`, then per member either the length of its
-/// reply and the values, or a lone fixed-window check's compact reply:
-/// `-(2 * used + outcome) - 1` and the window's end.
-fn split_coalesced(reply: &[i64], members: usize) -> Option<Vec<Vec<i64>>> {
-    let (&now, mut rest) = reply.split_first()?;
-    let mut replies = Vec::with_capacity(members);
-    for _ in 0..members {
-        let (&first, tail) = rest.split_first()?;
-        if first < 0 {
-            let (&expires, tail) = tail.split_first()?;
-            let code = -(first + 1);
-            replies.push(vec![code & 1, code >> 1, expires, now]);
+/// Splits a coalesced invocation's flat reply into the replies single
+/// invocations of members with these `arguments` would have given (each
+/// ending with `now`); `None` if it is not one. The reply is `now`, then per
+/// member either the length of its reply and the values, or, for a lone
+/// fixed-window check, the state it was decided on (a string, empty for
+/// none), from which [`fixed_window_reply`] decides as the script did.
+fn split_coalesced(reply: &[redis::Value], arguments: &[Vec<i64>]) -> Option<Vec<Vec<i64>>> {
+    let integer = |value: &redis::Value| match value {
+        redis::Value::Int(value) => Some(*value),
+        _ => None,
+    };
+    let (now, mut rest) = reply.split_first()?;
+    let now = integer(now)?;
+    let mut replies = Vec::with_capacity(arguments.len());
+    for arguments in arguments {
+        let (first, tail) = rest.split_first()?;
+        if let redis::Value::BulkString(state) = first {
+            replies.push(fixed_window_reply(state, now, arguments)?);
             rest = tail;
             continue;
         }
-        let length = usize::try_from(first).ok().filter(|&n| n <= tail.len())?;
+        let length = usize::try_from(integer(first)?)
+            .ok()
+            .filter(|&n| n <= tail.len())?;
         let (values, tail) = tail.split_at(length);
         let mut member = Vec::with_capacity(length + 1);
-        member.extend_from_slice(values);
+        for value in values {
+            member.push(integer(value)?);
+        }
         member.push(now);
         replies.push(member);
         rest = tail;
     }
     rest.is_empty().then_some(replies)
+}
+
+/// A lone fixed-window check's reply (`[outcome, used, expires, now]`) from
+/// the state `fixed_window_coalesced.lua` decided it on, `used:expires` or
+/// empty for none, and its arguments (limit, window, cost): the script's
+/// decision, made again from the same values. `None` for anything else.
+fn fixed_window_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec<i64>> {
+    // Digits only, as the script's pattern admits them; saturating where a
+    // Lua number would lose precision, which changes no comparison.
+    let digits = |text: &[u8]| {
+        (!text.is_empty()).then_some(())?;
+        text.iter().try_fold(0i64, |value, &byte| {
+            byte.is_ascii_digit().then(|| {
+                value
+                    .saturating_mul(10)
+                    .saturating_add(i64::from(byte - b'0'))
+            })
+        })
+    };
+    let &[limit, window, cost] = arguments else {
+        return None;
+    };
+    let live = if state.is_empty() {
+        None
+    } else {
+        let colon = state.iter().position(|&byte| byte == b':')?;
+        let (used, expires) = (digits(&state[..colon])?, digits(&state[colon + 1..])?);
+        (expires > now).then_some((used, expires))
+    };
+    Some(match live {
+        Some((used, expires)) if used.saturating_add(cost) > limit => vec![1, used, expires, now],
+        Some((used, expires)) => vec![0, used + cost, expires, now],
+        None if cost > limit => vec![1, 0, now.saturating_add(window), now],
+        None => vec![0, cost, now.saturating_add(window), now],
+    })
 }
 
 fn as_i64(value: u64) -> i64 {
@@ -1180,20 +1227,54 @@ mod tests {
 
     #[test]
     fn a_flat_reply_splits_into_single_replies_or_is_refused() {
+        use redis::Value::{BulkString, Int};
+        let state = |text: &str| BulkString(text.as_bytes().to_vec());
+        let fixed = vec![5, 60, 2];
+        let three = [fixed.clone(), vec![1], fixed.clone()];
         assert_eq!(
-            split_coalesced(&[99, 3, 0, 1, 7, 0, 2, 1, 2], 3),
+            split_coalesced(
+                &[99, 3, 0, 1, 7, 0, 2, 1, 2].map(Int),
+                &[vec![], vec![], vec![]]
+            ),
             Some(vec![vec![0, 1, 7, 99], vec![99], vec![1, 2, 99]])
         );
-        // Compact replies: -(2 * used + outcome) - 1, then the window's end.
+        // A lone fixed-window check's state, decided again: a live window
+        // with room, a live window without, and no state (a new window).
         assert_eq!(
-            split_coalesced(&[99, -9, 120, 1, 5, -2, 130], 3),
-            Some(vec![vec![0, 4, 120, 99], vec![5, 99], vec![1, 0, 130, 99]])
+            split_coalesced(
+                &[Int(99), state("3:120"), Int(1), Int(5), state("4:130")],
+                &three
+            ),
+            Some(vec![vec![0, 5, 120, 99], vec![5, 99], vec![1, 4, 130, 99]])
         );
-        // Too short, too long, a compact reply cut short, no `now`.
-        assert_eq!(split_coalesced(&[99, 3, 0, 1], 1), None);
-        assert_eq!(split_coalesced(&[99, 1, 0, 5], 1), None);
-        assert_eq!(split_coalesced(&[99, -1], 1), None);
-        assert_eq!(split_coalesced(&[], 1), None);
+        assert_eq!(
+            split_coalesced(
+                &[Int(99), state(""), state("3:99")],
+                &[fixed.clone(), fixed.clone()]
+            ),
+            Some(vec![vec![0, 2, 159, 99], vec![0, 2, 159, 99]])
+        );
+        // A cost above the limit in a new window is denied.
+        assert_eq!(
+            split_coalesced(&[Int(99), state("")], &[vec![1, 60, 2]]),
+            Some(vec![vec![1, 0, 159, 99]])
+        );
+        // Too short, too long, no `now`, a state that is not two numbers,
+        // a state for a member that is not a lone fixed-window check.
+        assert_eq!(split_coalesced(&[99, 3, 0, 1].map(Int), &[vec![]]), None);
+        assert_eq!(split_coalesced(&[99, 1, 0, 5].map(Int), &[vec![]]), None);
+        assert_eq!(split_coalesced(&[], &[vec![]]), None);
+        for bad in ["3", "3:", ":120", "3:1x0", "-3:120", "3:120:1"] {
+            assert_eq!(
+                split_coalesced(&[Int(99), state(bad)], std::slice::from_ref(&fixed)),
+                None,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            split_coalesced(&[Int(99), state("3:120")], &[vec![1]]),
+            None
+        );
     }
 
     /// The test server's URL, or `None` (with the reason printed) when it is
