@@ -4,15 +4,22 @@
 # machine runs, unlike the CPU seconds of `cargo bench -p runlimit-redis
 # --bench redis`. It drives the scripts crates/runlimit-redis/src builds with
 # redis-benchmark, on 10,000 random keys already stored: invocations of
-# MEMBERS lone checks sharing their policy through the coalesced script
-# (default 11, what 32 tasks through one limiter gather); with `lone`, one
+# MEMBERS lone checks sharing their policy through the coalesced function
+# library, as the client calls it (default 11, what 32 tasks through one
+# limiter gather); with `script MEMBERS`, the same code as a script
+# (EVALSHA, what servers without functions run); with `lone`, one
 # check per invocation through the single-check script; with `minimal`, the
 # floor the Redis bench compares against (TIME, GET, SET ... PX in one
 # script).
-# Usage: scripts/redis-script-cost.sh [MEMBERS|lone|minimal]. Needs valgrind,
+# Usage: scripts/redis-script-cost.sh [MEMBERS|script MEMBERS|lone|minimal]. Needs valgrind,
 # redis-server and redis-benchmark; takes about a minute.
 set -euo pipefail
 members="${1:-11}"
+mode=coalesced_function
+if [[ "$members" == script ]]; then
+    mode=coalesced_script
+    members="${2:-11}"
+fi
 invocations="${INVOCATIONS:-2000}"
 source_dir="$(cd "$(dirname "$0")/../crates/runlimit-redis/src" && pwd)"
 work="$(mktemp -d)"
@@ -29,23 +36,36 @@ done
 
 if [[ "$members" == minimal ]]; then
     members=1
+    mode=single
     script="local now = redis.call('TIME') local state = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1:1', 'PX', 60000) return 0"
     sha="$(redis-cli -p "$port" script load "$script")"
     command=(evalsha "$sha" 1 "rl:{bench}:__rand_int__")
 elif [[ "$members" == lone ]]; then
     members=1
-    script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/single.lua")"
+    mode=single
+    script="$(cat "$source_dir/script.lua" "$source_dir/common.lua" "$source_dir/fixed_window.lua" "$source_dir/single.lua")"
     sha="$(redis-cli -p "$port" script load "$script")"
     # One key; its limit, window in microseconds and cost.
     command=(evalsha "$sha" 1 "rl:{bench}:__rand_int__" 1000000000 60000000 1)
-else
-    script="$(cat "$source_dir/common.lua" "$source_dir/fixed_window.lua" \
-        "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua")"
+elif [[ "$mode" == coalesced_script ]]; then
+    script="$(cat "$source_dir/script.lua" "$source_dir/common.lua" "$source_dir/fixed_window.lua" \
+        "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua" "$source_dir/coalesced_script.lua")"
     sha="$(redis-cli -p "$port" script load "$script")"
+    command=(evalsha "$sha" "$members")
+else
+    # The library as the client builds it, under a name of its own.
+    { echo "#!lua name=runlimit_cost"
+      cat "$source_dir/library.lua" "$source_dir/common.lua" "$source_dir/fixed_window.lua" \
+        "$source_dir/fixed_window_coalesced.lua" "$source_dir/coalesced.lua" "$source_dir/library_entry.lua" |
+        sed 's/RUNLIMIT_FUNCTION/runlimit_cost/'
+    } > "$work/library.lua"
+    redis-cli -p "$port" -x function load < "$work/library.lua" >/dev/null
+    command=(fcall runlimit_cost "$members")
+fi
+if [[ "$mode" != single ]]; then
     # KEYS: one random key per member; ARGV: one run of lone checks sharing
     # their arguments (0: no key repeats; -MEMBERS, then limit, window in
     # microseconds, cost).
-    command=(evalsha "$sha" "$members")
     for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
     command+=(0 "-$members" 1000000000 60000000 1)
 fi

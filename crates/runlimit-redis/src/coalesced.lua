@@ -40,61 +40,65 @@ local function in_chunks(command, names, each)
     end
 end
 
--- Every key's state, read before anything is written. MGET answers nil for
--- a missing key and for a key of another type alike; if EXISTS finds any of
--- those keys, GET fails on it as a single invocation's read would, before
--- any member has written (so the invocation is refused having consumed
--- nothing). Every nil that remains is a missing key.
-if #KEYS <= 1000 then
-    states = redis.call('MGET', unpack(KEYS))
-else
-    states = {}
-    in_chunks('MGET', KEYS, function(reply, first)
-        for i = 1, #reply do
-            states[first + i - 1] = reply[i]
-        end
-    end)
-end
-local unread = {}
-for i = 1, #KEYS do
-    if not states[i] then
-        unread[#unread + 1] = KEYS[i]
-    end
-end
-if #unread > 0 then
-    in_chunks('EXISTS', unread, function(found)
-        if found > 0 then
-            for i = 1, #unread do
-                redis.call('GET', unread[i])
-            end
-        end
-    end)
-end
-if ARGV[1] == '1' then
-    ahead = {}
-end
-
-local replies, at = {now}, 1
-local k, a, arguments = 0, 1, #ARGV
-while a < arguments do
-    local header = tonumber(ARGV[a + 1])
-    if header < 0 then
-        local first, last = k, k - header
-        while first < last do
-            if admit_lones then
-                local decided
-                at, decided = admit_lones(replies, at, first, a + 1, last - first)
-                first = first + decided
-            end
-            if first < last then
-                at = append(replies, at, admit(first, 1, a + 1))
-                first = first + 1
-            end
-        end
-        k, a = last, a + 1 + PER_KEY
+-- The invocation: its members decided in order, into one flat reply. The
+-- entry point calls it (`coalesced_script.lua` or `library_entry.lua`).
+local function coalesced()
+    -- Every key's state, read before anything is written. MGET answers nil for
+    -- a missing key and for a key of another type alike; if EXISTS finds any of
+    -- those keys, GET fails on it as a single invocation's read would, before
+    -- any member has written (so the invocation is refused having consumed
+    -- nothing). Every nil that remains is a missing key.
+    if #KEYS <= 1000 then
+        states = redis.call('MGET', unpack(KEYS))
     else
-        at = append(replies, at, admit(k, header, a + 1))
-        k, a = k + header, a + 1 + header * PER_KEY
+        states = {}
+        in_chunks('MGET', KEYS, function(reply, first)
+            for i = 1, #reply do
+                states[first + i - 1] = reply[i]
+            end
+        end)
     end
+    local unread = {}
+    for i = 1, #KEYS do
+        if not states[i] then
+            unread[#unread + 1] = KEYS[i]
+        end
+    end
+    if #unread > 0 then
+        in_chunks('EXISTS', unread, function(found)
+            if found > 0 then
+                for i = 1, #unread do
+                    redis.call('GET', unread[i])
+                end
+            end
+        end)
+    end
+    if ARGV[1] == '1' then
+        ahead = {}
+    end
+
+    local replies, at = {now}, 1
+    local k, a, arguments = 0, 1, #ARGV
+    while a < arguments do
+        local header = tonumber(ARGV[a + 1])
+        if header < 0 then
+            local first, last = k, k - header
+            while first < last do
+                if admit_lones then
+                    local decided
+                    at, decided = admit_lones(replies, at, first, a + 1, last - first)
+                    first = first + decided
+                end
+                if first < last then
+                    at = append(replies, at, admit(first, 1, a + 1))
+                    first = first + 1
+                end
+            end
+            k, a = last, a + 1 + PER_KEY
+        else
+            at = append(replies, at, admit(k, header, a + 1))
+            k, a = k + header, a + 1 + header * PER_KEY
+        end
+    end
+    return replies
 end
-return replies

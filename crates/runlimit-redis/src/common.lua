@@ -22,9 +22,6 @@
 --     a counter has (`probing`: it records `room` and denies, so nothing is
 --     written), then a second admits the units granted (`granting`), in the
 --     same atomic script. Admissions leave both unset.
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local find, sub, format, ceil = string.find, string.sub, string.format, math.ceil
 local probing, granting, room = false, nil, 0
 
 -- In a coalesced invocation: the states read before anything is written,

@@ -4,7 +4,6 @@
 -- cost the server about as much as a dozen Lua operations, so a decision
 -- here makes as few of them as it can.
 local PER_KEY = 3
-local match = string.match
 
 -- SETRANGE's offset of a count's last digit (by the count's number of
 -- digits) and the digits, as strings the script holds already.

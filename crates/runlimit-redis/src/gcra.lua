@@ -11,7 +11,6 @@
 -- ahead_rem (how far the new arrival time lies ahead of now) and the version;
 -- then now_us.
 local stored = {0, 0, 0}
-local floor = math.floor
 
 -- x // q and x % q for integers below 2^53: floor(x / q) may be off by one
 -- where the quotient rounds, and products below 2^53 are exact.

@@ -3,7 +3,10 @@
 use std::{
     fmt,
     marker::PhantomData,
-    sync::{Arc, LazyLock},
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicBool, Ordering::Relaxed},
+    },
     time::Duration,
 };
 
@@ -30,12 +33,23 @@ use crate::{
     keys::{hash_slot, redis_key},
 };
 
-/// A Lua script, with its source for `EVAL` when `EVALSHA` keeps missing.
+/// A Lua script, with its source for `EVAL` when `EVALSHA` keeps missing,
+/// and, for coalesced invocations, the same code as a function library.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Lua {
     script: Script,
     code: &'static str,
+    library: Option<Library>,
+}
+
+/// A function library (`FUNCTION LOAD`) holding one function, named after
+/// the library; the name carries a digest of the code, so Runlimit versions
+/// sharing a server never replace each other's functions.
+#[derive(Debug)]
+struct Library {
+    function: String,
+    code: String,
 }
 
 impl Lua {
@@ -43,19 +57,64 @@ impl Lua {
         Self {
             script: Script::new(code),
             code,
+            library: None,
+        }
+    }
+
+    fn with_library(code: &'static str, library: &'static str) -> Self {
+        let digest = Script::new(library).get_hash().to_owned();
+        let function = format!("runlimit_{}", &digest[..16]);
+        let library = Library {
+            code: format!(
+                "#!lua name={function}\n{}",
+                library.replace("RUNLIMIT_FUNCTION", &function)
+            ),
+            function,
+        };
+        Self {
+            library: Some(library),
+            ..Self::new(code)
         }
     }
 }
 
-/// A script: the shared prelude (`common.lua`: the clock, state reading and
-/// writing, the batch rule) followed by the algorithm's own body and, for
-/// admissions, the entry point: one check or batch (`single.lua`), or
-/// several coalesced into one invocation (the algorithm's
-/// `*_coalesced.lua`, then `coalesced.lua`), so a single check's script
-/// defines nothing only coalescing uses.
+/// A script: the prelude of a script (`script.lua`: the clock and the Lua
+/// libraries used), the prelude every script shares (`common.lua`: state
+/// reading and writing, the batch rule), the algorithm's own body and, for
+/// admissions, the entry point: one check or batch (`single.lua`), so a
+/// single check's script defines nothing only coalescing uses.
 macro_rules! script {
     ($($part:literal),+) => {
-        LazyLock::new(|| Lua::new(concat!(include_str!("common.lua"), $(include_str!($part)),+)))
+        LazyLock::new(|| Lua::new(concat!(
+            include_str!("script.lua"),
+            include_str!("common.lua"),
+            $(include_str!($part)),+
+        )))
+    };
+}
+
+/// Several checks coalesced into one invocation (the algorithm's body and
+/// `*_coalesced.lua`, then `coalesced.lua`): as a script, and as a function
+/// library (`library.lua` in place of `script.lua`, `library_entry.lua` in
+/// place of the script's entry point).
+macro_rules! coalesced {
+    ($($part:literal),+) => {
+        LazyLock::new(|| Lua::with_library(
+            concat!(
+                include_str!("script.lua"),
+                include_str!("common.lua"),
+                $(include_str!($part),)+
+                include_str!("coalesced.lua"),
+                include_str!("coalesced_script.lua")
+            ),
+            concat!(
+                include_str!("library.lua"),
+                include_str!("common.lua"),
+                $(include_str!($part),)+
+                include_str!("coalesced.lua"),
+                include_str!("library_entry.lua")
+            ),
+        ))
     };
 }
 
@@ -70,17 +129,11 @@ const IN_FLIGHT: usize = 2;
 static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua", "single.lua");
 static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua", "single.lua");
 static GCRA: LazyLock<Lua> = script!("gcra.lua", "single.lua");
-static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!(
-    "fixed_window.lua",
-    "fixed_window_coalesced.lua",
-    "coalesced.lua"
-);
-static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!(
-    "sliding_window.lua",
-    "sliding_window_coalesced.lua",
-    "coalesced.lua"
-);
-static GCRA_COALESCED: LazyLock<Lua> = script!("gcra.lua", "gcra_coalesced.lua", "coalesced.lua");
+static FIXED_WINDOW_COALESCED: LazyLock<Lua> =
+    coalesced!("fixed_window.lua", "fixed_window_coalesced.lua");
+static SLIDING_WINDOW_COALESCED: LazyLock<Lua> =
+    coalesced!("sliding_window.lua", "sliding_window_coalesced.lua");
+static GCRA_COALESCED: LazyLock<Lua> = coalesced!("gcra.lua", "gcra_coalesced.lua");
 static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
 static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
 static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
@@ -152,6 +205,10 @@ pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     cluster: bool,
     observer: Option<Arc<dyn Observer>>,
     coalescer: Arc<Coalescer>,
+    /// Whether coalesced invocations call a function library; cleared for
+    /// good when the server has no functions (before Redis 7.0) or the
+    /// user may not load them.
+    functions: Arc<AtomicBool>,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -165,6 +222,7 @@ impl<C: Clone, P> Clone for RedisLimiter<C, P> {
             cluster: self.cluster,
             observer: self.observer.clone(),
             coalescer: Arc::clone(&self.coalescer),
+            functions: Arc::clone(&self.functions),
             policy: PhantomData,
         }
     }
@@ -192,6 +250,7 @@ where
     pub fn new(connection: C, config: RedisConfig) -> Self {
         Self {
             coalescer: Arc::new(Coalescer::new(config.max_coalesced(), IN_FLIGHT)),
+            functions: Arc::new(AtomicBool::new(true)),
             connection,
             config,
             cluster: false,
@@ -280,6 +339,65 @@ where
         }
     }
 
+    /// Runs a coalesced invocation through `lua`'s function library when the
+    /// server has functions, loading the library where it is missing (a new
+    /// server, a restart, `FUNCTION FLUSH`); otherwise as a script.
+    async fn invoke_coalesced<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[String],
+        arguments: &[i64],
+    ) -> Result<T, CheckError> {
+        let Some(library) = lua
+            .library
+            .as_ref()
+            .filter(|_| self.functions.load(Relaxed))
+        else {
+            return self.invoke(lua, keys, arguments).await;
+        };
+        let mut call = redis::cmd("FCALL");
+        call.arg(&library.function)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(arguments);
+        let mut connection = self.connection.clone();
+        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
+        let mut reply =
+            tokio::time::timeout_at(deadline, call.query_async::<T>(&mut connection)).await;
+        if let Ok(Err(error)) = &reply
+            && function_missing(error)
+        {
+            // The function did not run. Load it (REPLACE: another client may
+            // be loading it too) and call it again; where loading is refused,
+            // the script decides instead.
+            let mut load = redis::cmd("FUNCTION");
+            load.arg("LOAD").arg("REPLACE").arg(&library.code);
+            reply = match tokio::time::timeout_at(deadline, load.query_async::<()>(&mut connection))
+                .await
+            {
+                Ok(Ok(())) => {
+                    tokio::time::timeout_at(deadline, call.query_async::<T>(&mut connection)).await
+                }
+                Ok(Err(error)) => {
+                    if functions_unavailable(&error) {
+                        self.functions.store(false, Relaxed);
+                    }
+                    return self.invoke(lua, keys, arguments).await;
+                }
+                Err(elapsed) => Err(elapsed),
+            };
+        }
+        match reply {
+            Ok(Err(error)) if functions_unavailable(&error) => {
+                self.functions.store(false, Relaxed);
+                self.invoke(lua, keys, arguments).await
+            }
+            Err(_) => Err(CheckError::OperationTimeout),
+            Ok(Err(error)) => Err(classify(error)),
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<(Decision, Stamp)>, CheckError> {
         let keys = self.keys(checks)?;
         let arguments = P::arguments(checks);
@@ -317,7 +435,7 @@ where
             own_arguments.push(member.arguments);
         }
         let reply: Vec<redis::Value> = self
-            .invoke(P::coalesced_script(), &keys, &arguments)
+            .invoke_coalesced(P::coalesced_script(), &keys, &arguments)
             .await?;
         split_coalesced(&reply, &own_arguments).ok_or(CheckError::UnexpectedReply)
     }
@@ -801,6 +919,24 @@ fn fixed_window_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec<i
         None if cost > limit => vec![1, 0, now.saturating_add(window), now],
         None => vec![0, cost, now.saturating_add(window), now],
     })
+}
+
+/// `FCALL` of a function the server does not hold: nothing ran.
+fn function_missing(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::ResponseError
+        && error
+            .detail()
+            .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// A server without functions (before Redis 7.0: an unknown command) or a
+/// user whose ACL denies them: nothing ran, and scripts will do.
+fn functions_unavailable(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || (error.kind() == redis::ErrorKind::ResponseError
+            && error
+                .detail()
+                .is_some_and(|detail| detail.starts_with("unknown command")))
 }
 
 fn as_i64(value: u64) -> i64 {
@@ -1622,6 +1758,157 @@ mod tests {
                 .query_async(&mut admin)
                 .await
                 .expect("del");
+        });
+    }
+
+    /// The members of a coalesced invocation of checks of `policy` for the
+    /// subjects `subjects`, as `send` takes them.
+    fn members_for(
+        limiter: &RedisLimiter<RedisConnection, FixedWindowPolicy>,
+        policy: &FixedWindowPolicy,
+        subjects: std::ops::Range<usize>,
+    ) -> Vec<Member> {
+        subjects
+            .map(|n| {
+                let check = Check::new(policy, subject(n));
+                Member {
+                    keys: limiter.keys(std::slice::from_ref(&check)).expect("key"),
+                    arguments: FixedWindowPolicy::arguments(std::slice::from_ref(&check)),
+                }
+            })
+            .collect()
+    }
+
+    /// A coalesced invocation on a server that lost the function library (a
+    /// restart, `FUNCTION FLUSH`, a new server) loads it and decides.
+    #[test]
+    fn a_missing_function_library_is_loaded_again() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let Some(url) = server(&runtime) else {
+            return;
+        };
+        let policy = FixedWindowPolicy::new(
+            PolicyId::new("reload").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            1,
+            Duration::from_secs(60),
+        )
+        .expect("valid");
+        let library = FIXED_WINDOW_COALESCED.library.as_ref().expect("library");
+        runtime.block_on(async {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos());
+            let config = RedisConfig::default()
+                .with_prefix(format!("rl-test:function-reload:{nanos}:"))
+                .expect("valid prefix");
+            let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(&url, config)
+                .await
+                .expect("connect");
+            let mut admin = redis::Client::open(url.as_str())
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("admin");
+            for round in 0..2 {
+                // Gone, whether it was there or not.
+                let _: redis::RedisResult<()> = redis::cmd("FUNCTION")
+                    .arg("DELETE")
+                    .arg(&library.function)
+                    .query_async(&mut admin)
+                    .await;
+                let replies = limiter
+                    .send(members_for(&limiter, &policy, 3 * round..3 * round + 3))
+                    .await
+                    .expect("decided");
+                // Three first checks against a limit of one: all allowed.
+                assert_eq!(replies.len(), 3);
+                assert!(replies.iter().all(|reply| reply[0] == 0), "{replies:?}");
+                let listed: redis::Value = redis::cmd("FUNCTION")
+                    .arg("LIST")
+                    .arg("LIBRARYNAME")
+                    .arg(&library.function)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("list");
+                assert!(
+                    matches!(&listed, redis::Value::Array(libraries) if libraries.len() == 1),
+                    "{listed:?}"
+                );
+            }
+            assert!(limiter.functions.load(Relaxed));
+        });
+    }
+
+    /// A user whose ACL denies functions is served by the script instead,
+    /// from then on, with the same decisions.
+    #[test]
+    fn coalesced_invocations_fall_back_to_scripts_where_functions_are_denied() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let Some(url) = server(&runtime) else {
+            return;
+        };
+        let policy = FixedWindowPolicy::new(
+            PolicyId::new("no-functions").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            1,
+            Duration::from_secs(60),
+        )
+        .expect("valid");
+        runtime.block_on(async {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos());
+            let user = format!("runlimit-test-{nanos}");
+            let mut admin = redis::Client::open(url.as_str())
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("admin");
+            let _: () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&user)
+                .arg("on")
+                .arg(">secret")
+                .arg("~*")
+                .arg("+@all")
+                .arg("-fcall")
+                .arg("-function")
+                .query_async(&mut admin)
+                .await
+                .expect("acl");
+            let address = url.replacen("://", &format!("://{user}:secret@"), 1);
+            let config = RedisConfig::default()
+                .with_prefix(format!("rl-test:no-functions:{nanos}:"))
+                .expect("valid prefix");
+            let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect(&address, config)
+                .await
+                .expect("connect");
+            for expected in [0, 1] {
+                // The same three subjects twice, limit one: allowed, then denied.
+                let replies = limiter
+                    .send(members_for(&limiter, &policy, 0..3))
+                    .await
+                    .expect("decided");
+                assert_eq!(replies.len(), 3);
+                assert!(
+                    replies.iter().all(|reply| reply[0] == expected),
+                    "{replies:?}"
+                );
+                assert!(!limiter.functions.load(Relaxed));
+            }
+            let _: () = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&user)
+                .query_async(&mut admin)
+                .await
+                .expect("acl");
         });
     }
 }

@@ -15,7 +15,6 @@
 -- and not sent); then now_us. The client derives what it reports from those counts with
 -- the arithmetic every backend shares.
 local stored = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-local floor, concat = math.floor, table.concat
 
 -- The eighth `time` falls in: exact, since floor(time / g) may be off by one
 -- where the quotient rounds to an integer, and products below 2^53 are exact.
