@@ -193,3 +193,65 @@ async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_re
         Some(1)
     );
 }
+
+/// Concurrent checks on a cluster share invocations, which call the function
+/// library the limiter loads on every primary once a server lacks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_checks_on_a_cluster_load_the_function_library_on_every_primary() {
+    let Some(nodes) = nodes() else { return };
+    for node in &nodes {
+        let mut connection = redis::Client::open(node.as_str())
+            .expect("node url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node");
+        let _: () = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut connection)
+            .await
+            .expect("flush");
+    }
+    let limiter = RedisLimiter::<_, FixedWindowPolicy>::connect_cluster(
+        nodes.iter().map(String::as_str),
+        single_slot(common::config("cluster-functions")),
+    )
+    .await
+    .expect("cluster connection");
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("functions").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        1,
+        Duration::from_secs(60),
+    )
+    .expect("valid");
+    // Sixty-four subjects checked at once, twice: every first check allowed,
+    // every second denied.
+    for allowed in [true, false] {
+        let mut checks = tokio::task::JoinSet::new();
+        for n in 0..64u8 {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            checks.spawn(async move {
+                let check = Check::new(&policy, SubjectKey::from_digest([n; 32]));
+                limiter.check(&check).await.expect("check").is_allowed()
+            });
+        }
+        while let Some(decided) = checks.join_next().await {
+            assert_eq!(decided.expect("task"), allowed);
+        }
+    }
+    for node in &nodes {
+        let mut connection = redis::Client::open(node.as_str())
+            .expect("node url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node");
+        let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg("runlimit_*")
+            .query_async(&mut connection)
+            .await
+            .expect("list");
+        assert!(!libraries.is_empty(), "no library on {node}");
+    }
+}
