@@ -81,7 +81,8 @@ type Shared = Arc<
     )>,
 >;
 
-/// Script invocations the server has run (`EVALSHA` and `EVAL` calls).
+/// Script and function invocations the server has run (`EVALSHA`, `EVAL`
+/// and `FCALL` calls).
 async fn server_scripts(connection: &mut ConnectionManager) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -92,7 +93,7 @@ async fn server_scripts(connection: &mut ConnectionManager) -> f64 {
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let calls = stats.strip_prefix("calls=")?.split(',').next()?;
-            matches!(name, "evalsha" | "eval").then(|| calls.parse::<f64>().ok())?
+            matches!(name, "evalsha" | "eval" | "fcall").then(|| calls.parse::<f64>().ok())?
         })
         .sum()
 }
