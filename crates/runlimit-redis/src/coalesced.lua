@@ -41,7 +41,7 @@ local function in_chunks(command, names, each)
 end
 
 -- The invocation: its members decided in order, into one flat reply. The
--- entry point calls it (`coalesced_script.lua` or `library_entry.lua`).
+-- entry point (`coalesced_script.lua`) calls it.
 local function coalesced()
     -- Every key's state, read before anything is written. MGET answers nil for
     -- a missing key and for a key of another type alike; if EXISTS finds any of

@@ -78,40 +78,31 @@ impl Lua {
     }
 }
 
-/// A script: the prelude of a script (`script.lua`: the clock and the Lua
-/// libraries used), the prelude every script shares (`common.lua`: state
-/// reading and writing, the batch rule), the algorithm's own body and, for
-/// admissions, the entry point: one check or batch (`single.lua`), so a
-/// single check's script defines nothing only coalescing uses.
+/// A script and its function library: the prelude of a script
+/// (`script.lua`: the clock and the Lua libraries used) or of a library
+/// (`library.lua`), the prelude every script shares (`common.lua`: state
+/// reading and writing, the batch rule), the algorithm's own body, and the
+/// entry point after `=>`: one check or batch (`single.lua`), several
+/// coalesced into one invocation (`coalesced_script.lua`, after the
+/// algorithm's `*_coalesced.lua` and `coalesced.lua`), a refund, a grant or
+/// a peek. A library wraps the entry point in a function that
+/// `library_entry.lua` registers.
 macro_rules! script {
-    ($($part:literal),+) => {
-        LazyLock::new(|| Lua::new(concat!(
-            include_str!("script.lua"),
-            include_str!("common.lua"),
-            $(include_str!($part)),+
-        )))
-    };
-}
-
-/// Several checks coalesced into one invocation (the algorithm's body and
-/// `*_coalesced.lua`, then `coalesced.lua`): as a script, and as a function
-/// library (`library.lua` in place of `script.lua`, `library_entry.lua` in
-/// place of the script's entry point).
-macro_rules! coalesced {
-    ($($part:literal),+) => {
+    ($($part:literal),* => $entry:literal) => {
         LazyLock::new(|| Lua::with_library(
             concat!(
                 include_str!("script.lua"),
                 include_str!("common.lua"),
-                $(include_str!($part),)+
-                include_str!("coalesced.lua"),
-                include_str!("coalesced_script.lua")
+                $(include_str!($part),)*
+                include_str!($entry)
             ),
             concat!(
                 include_str!("library.lua"),
                 include_str!("common.lua"),
-                $(include_str!($part),)+
-                include_str!("coalesced.lua"),
+                $(include_str!($part),)*
+                "\nlocal function entry()\n",
+                include_str!($entry),
+                "end\n",
                 include_str!("library_entry.lua")
             ),
         ))
@@ -126,21 +117,28 @@ macro_rules! coalesced {
 /// cost; at 8 tasks coalesced checks still keep up with uncoalesced ones.
 const IN_FLIGHT: usize = 2;
 
-static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua", "single.lua");
-static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua", "single.lua");
-static GCRA: LazyLock<Lua> = script!("gcra.lua", "single.lua");
-static FIXED_WINDOW_COALESCED: LazyLock<Lua> =
-    coalesced!("fixed_window.lua", "fixed_window_coalesced.lua");
-static SLIDING_WINDOW_COALESCED: LazyLock<Lua> =
-    coalesced!("sliding_window.lua", "sliding_window_coalesced.lua");
-static GCRA_COALESCED: LazyLock<Lua> = coalesced!("gcra.lua", "gcra_coalesced.lua");
-static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!("fixed_window_refund.lua");
-static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!("sliding_window_refund.lua");
-static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua");
-static PEEK: LazyLock<Lua> = script!("peek.lua");
-static FIXED_WINDOW_GRANT: LazyLock<Lua> = script!("fixed_window.lua", "grant.lua");
-static SLIDING_WINDOW_GRANT: LazyLock<Lua> = script!("sliding_window.lua", "grant.lua");
-static GCRA_GRANT: LazyLock<Lua> = script!("gcra.lua", "grant.lua");
+static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua" => "single.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua" => "single.lua");
+static GCRA: LazyLock<Lua> = script!("gcra.lua" => "single.lua");
+static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!(
+    "fixed_window.lua",
+    "fixed_window_coalesced.lua",
+    "coalesced.lua" => "coalesced_script.lua"
+);
+static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!(
+    "sliding_window.lua",
+    "sliding_window_coalesced.lua",
+    "coalesced.lua" => "coalesced_script.lua"
+);
+static GCRA_COALESCED: LazyLock<Lua> =
+    script!("gcra.lua", "gcra_coalesced.lua", "coalesced.lua" => "coalesced_script.lua");
+static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!(=> "fixed_window_refund.lua");
+static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!(=> "sliding_window_refund.lua");
+static GCRA_REFUND: LazyLock<Lua> = script!(=> "gcra_refund.lua");
+static PEEK: LazyLock<Lua> = script!(=> "peek.lua");
+static FIXED_WINDOW_GRANT: LazyLock<Lua> = script!("fixed_window.lua" => "grant.lua");
+static SLIDING_WINDOW_GRANT: LazyLock<Lua> = script!("sliding_window.lua" => "grant.lua");
+static GCRA_GRANT: LazyLock<Lua> = script!("gcra.lua" => "grant.lua");
 
 mod sealed {
     pub trait Sealed {}
@@ -205,9 +203,9 @@ pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     cluster: bool,
     observer: Option<Arc<dyn Observer>>,
     coalescer: Arc<Coalescer>,
-    /// Whether coalesced invocations call a function library; cleared for
-    /// good when the server has no functions (before Redis 7.0) or the
-    /// user may not load them.
+    /// Whether invocations call the scripts' function libraries; cleared
+    /// for good when the server has no functions (before Redis 7.0) or the
+    /// user may not call or load them.
     functions: Arc<AtomicBool>,
     policy: PhantomData<fn() -> P>,
 }
@@ -300,8 +298,9 @@ where
         Ok(keys)
     }
 
-    /// Runs `lua` on `keys` with `arguments` within the operation timeout.
-    async fn invoke<T: FromRedisValue, A: ToRedisArgs>(
+    /// Runs `lua` as a script on `keys` with `arguments` within the
+    /// operation timeout.
+    async fn invoke_script<T: FromRedisValue, A: ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],
@@ -339,21 +338,22 @@ where
         }
     }
 
-    /// Runs a coalesced invocation through `lua`'s function library when the
-    /// server has functions, loading the library where it is missing (a new
-    /// server, a restart, `FUNCTION FLUSH`); otherwise as a script.
-    async fn invoke_coalesced<T: FromRedisValue>(
+    /// Runs `lua` on `keys` with `arguments` within the operation timeout:
+    /// through its function library when the server has functions, loading
+    /// the library where it is missing (a new server, a restart,
+    /// `FUNCTION FLUSH`); otherwise as a script.
+    async fn invoke<T: FromRedisValue, A: ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],
-        arguments: &[i64],
+        arguments: &[A],
     ) -> Result<T, CheckError> {
         let Some(library) = lua
             .library
             .as_ref()
             .filter(|_| self.functions.load(Relaxed))
         else {
-            return self.invoke(lua, keys, arguments).await;
+            return self.invoke_script(lua, keys, arguments).await;
         };
         let mut call = redis::cmd("FCALL");
         call.arg(&library.function)
@@ -382,7 +382,7 @@ where
                     if functions_unavailable(&error) {
                         self.functions.store(false, Relaxed);
                     }
-                    return self.invoke(lua, keys, arguments).await;
+                    return self.invoke_script(lua, keys, arguments).await;
                 }
                 Err(elapsed) => Err(elapsed),
             };
@@ -390,7 +390,7 @@ where
         match reply {
             Ok(Err(error)) if functions_unavailable(&error) => {
                 self.functions.store(false, Relaxed);
-                self.invoke(lua, keys, arguments).await
+                self.invoke_script(lua, keys, arguments).await
             }
             Err(_) => Err(CheckError::OperationTimeout),
             Ok(Err(error)) => Err(classify(error)),
@@ -435,7 +435,7 @@ where
             own_arguments.push(member.arguments);
         }
         let reply: Vec<redis::Value> = self
-            .invoke_coalesced(P::coalesced_script(), &keys, &arguments)
+            .invoke(P::coalesced_script(), &keys, &arguments)
             .await?;
         split_coalesced(&reply, &own_arguments).ok_or(CheckError::UnexpectedReply)
     }

@@ -29,7 +29,7 @@ fn key(n: u16) -> SubjectKey {
     SubjectKey::from_digest(digest)
 }
 
-/// Script invocations the server has run so far.
+/// Script and function invocations the server has run so far.
 async fn scripts(admin: &mut MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -45,7 +45,7 @@ async fn scripts(admin: &mut MultiplexedConnection) -> u64 {
                 .next()?
                 .parse()
                 .ok()?;
-            matches!(name, "evalsha" | "eval").then_some(calls)
+            matches!(name, "evalsha" | "eval" | "fcall").then_some(calls)
         })
         .sum()
 }

@@ -35,7 +35,8 @@ pub(crate) async fn calls(admin: &mut MultiplexedConnection) -> HashMap<String, 
         .collect()
 }
 
-/// The scripts (`EVALSHA`, `EVAL`, `SCRIPT LOAD`) and `DEL`s clients sent
+/// The scripts and functions (`EVALSHA`, `EVAL`, `SCRIPT LOAD`, `FCALL`,
+/// `FUNCTION LOAD`) and `DEL`s clients sent
 /// while `operation` ran. Commands scripts run inside count under their own
 /// names (`GET`, `SET`, `TIME`), so only `DEL` can be either: operations that
 /// run a script are measured for scripts, resets for `DEL`s.
@@ -46,7 +47,11 @@ async fn sent(admin: &mut MultiplexedConnection, operation: impl AsyncFnOnce()) 
     let delta =
         |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
     (
-        delta("evalsha") + delta("eval") + delta("script|load"),
+        delta("evalsha")
+            + delta("eval")
+            + delta("script|load")
+            + delta("fcall")
+            + delta("function|load"),
         delta("del"),
     )
 }
@@ -135,8 +140,8 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
         .expect("dbsize");
     assert_eq!(keys, 0, "peeks stored nothing");
 
-    // Load every script once (the first use of a script sends EVALSHA, is
-    // told NOSCRIPT, and sends EVAL).
+    // Load every script's library once (the first use of one sends FCALL,
+    // is told the function is missing, loads the library and calls again).
     let batch = [Check::new(&client, key(1)), Check::new(&identity, key(1))];
     let receipt = fixed.admit_all(&batch).await.expect("admit").into_parts().1;
     fixed
