@@ -235,7 +235,7 @@ async fn cross_slot_batches_are_refused_before_anything_is_consumed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flushes_during_load_are_survived() {
+async fn script_and_function_flushes_during_load_are_survived() {
     let Some(connection) = common::connect("flush").await else {
         return;
     };
@@ -267,7 +267,7 @@ async fn script_flushes_during_load_are_survived() {
                 let decision = limiter
                     .check(&Check::new(&*policy, key(7)))
                     .await
-                    .expect("reloaded after NOSCRIPT");
+                    .expect("reloaded after a flush");
                 if decision.is_allowed() {
                     admitted.fetch_add(1, Ordering::SeqCst);
                 }
@@ -277,11 +277,13 @@ async fn script_flushes_during_load_are_survived() {
     }
     let mut flusher = connection.clone();
     for _ in 0..5 {
-        redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async::<()>(&mut flusher)
-            .await
-            .expect("flush");
+        for loaded in ["SCRIPT", "FUNCTION"] {
+            redis::cmd(loaded)
+                .arg("FLUSH")
+                .query_async::<()>(&mut flusher)
+                .await
+                .expect("flush");
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     for task in tasks {

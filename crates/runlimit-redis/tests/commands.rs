@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
@@ -14,36 +14,15 @@ use runlimit_core::{
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
-/// The calls of each command the server has processed so far.
-pub(crate) async fn calls(admin: &mut MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .expect("info");
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 /// The scripts and functions (`EVALSHA`, `EVAL`, `SCRIPT LOAD`, `FCALL`,
 /// `FUNCTION LOAD`) and `DEL`s clients sent
 /// while `operation` ran. Commands scripts run inside count under their own
 /// names (`GET`, `SET`, `TIME`), so only `DEL` can be either: operations that
 /// run a script are measured for scripts, resets for `DEL`s.
 async fn sent(admin: &mut MultiplexedConnection, operation: impl AsyncFnOnce()) -> (u64, u64) {
-    let before = calls(admin).await;
+    let before = common::calls(admin).await;
     operation().await;
-    let after = calls(admin).await;
+    let after = common::calls(admin).await;
     let delta =
         |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
     (

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::{
+    collections::HashMap,
     net::TcpListener,
     process::{Child, Command, Stdio},
     time::Duration,
@@ -190,4 +191,25 @@ pub(crate) async fn private_server() -> Option<(Server, String)> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("redis-server on {url} did not start");
+}
+
+/// The calls of each command the server has processed so far.
+pub(crate) async fn calls(admin: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .expect("info");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
 }
