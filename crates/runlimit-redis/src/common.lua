@@ -1,6 +1,8 @@
--- Prepended to every Runlimit script: what the scripts of all three
--- algorithms share.
---   * The clock: Redis's TIME, read once per script, in microseconds.
+-- Prepended to every Runlimit script, after its prelude (`script.lua`, or
+-- `library.lua` for the same code as a function library): what the scripts
+-- of all three algorithms share.
+--   * The clock: Redis's TIME, read once per invocation by the prelude or
+--     the library's entry (`now`), in microseconds.
 --   * Exactness: every integer stays below 2^53, where Lua's doubles are
 --     exact (limits and costs are at most 1e9, times are microseconds since
 --     the epoch); '%d' formats through a 64-bit integer, never in exponent

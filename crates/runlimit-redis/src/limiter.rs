@@ -34,13 +34,13 @@ use crate::{
 };
 
 /// A Lua script, with its source for `EVAL` when `EVALSHA` keeps missing,
-/// and, for coalesced invocations, the same code as a function library.
+/// and the same code as a function library.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Lua {
     script: Script,
     code: &'static str,
-    library: Option<Library>,
+    library: Library,
 }
 
 /// A function library (`FUNCTION LOAD`) holding one function, named after
@@ -53,27 +53,21 @@ struct Library {
 }
 
 impl Lua {
-    fn new(code: &'static str) -> Self {
+    /// `code` as a script, and `library` (the same code with the library's
+    /// prelude and entry) as a function named after a digest of it.
+    fn new(code: &'static str, library: &'static str) -> Self {
+        let digest = Script::new(library).get_hash().to_owned();
+        let function = format!("runlimit_{}", &digest[..16]);
         Self {
             script: Script::new(code),
             code,
-            library: None,
-        }
-    }
-
-    fn with_library(code: &'static str, library: &'static str) -> Self {
-        let digest = Script::new(library).get_hash().to_owned();
-        let function = format!("runlimit_{}", &digest[..16]);
-        let library = Library {
-            code: format!(
-                "#!lua name={function}\n{}",
-                library.replace("RUNLIMIT_FUNCTION", &function)
-            ),
-            function,
-        };
-        Self {
-            library: Some(library),
-            ..Self::new(code)
+            library: Library {
+                code: format!(
+                    "#!lua name={function}\n{}",
+                    library.replace("RUNLIMIT_FUNCTION", &function)
+                ),
+                function,
+            },
         }
     }
 }
@@ -89,7 +83,7 @@ impl Lua {
 /// `library_entry.lua` registers.
 macro_rules! script {
     ($($part:literal),* => $entry:literal) => {
-        LazyLock::new(|| Lua::with_library(
+        LazyLock::new(|| Lua::new(
             concat!(
                 include_str!("script.lua"),
                 include_str!("common.lua"),
@@ -193,9 +187,9 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
 /// A quota shared through Redis or Redis Cluster.
 ///
 /// Each check or batch is one atomic Lua script, called as a Redis function
-/// (`FCALL`, loaded where missing) or with `EVALSHA` (reloaded on
-/// `NOSCRIPT`) where the server has no functions: it reads Redis's clock (`TIME`), decides every check, and
-/// writes only if all are allowed, setting each key to expire when its state
+/// (`FCALL`, loaded where missing), or with `EVALSHA` (reloaded on
+/// `NOSCRIPT`) where the server has no functions: it reads Redis's clock
+/// (`TIME`), decides every check, and writes only if all are allowed, setting each key to expire when its state
 /// becomes worthless. `C` is any `redis` async connection: a reconnecting
 /// `ConnectionManager` for one server, a `ClusterConnection` for a cluster.
 pub struct RedisLimiter<C, P = FixedWindowPolicy> {
@@ -299,13 +293,13 @@ where
         Ok(keys)
     }
 
-    /// Runs `lua` as a script on `keys` with `arguments` within the
-    /// operation timeout.
+    /// Runs `lua` as a script on `keys` with `arguments` by `deadline`.
     async fn invoke_script<T: FromRedisValue, A: ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],
         arguments: &[A],
+        deadline: tokio::time::Instant,
     ) -> Result<T, CheckError> {
         let mut invocation = lua.script.prepare_invoke();
         for key in keys {
@@ -315,7 +309,6 @@ where
             invocation.arg(argument);
         }
         let mut connection = self.connection.clone();
-        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
         // `invoke_async` sends EVALSHA and answers NOSCRIPT by loading the
         // script and sending EVALSHA again; a SCRIPT FLUSH racing that reload
         // yields NOSCRIPT once more. The script did not run, so sending it
@@ -349,20 +342,17 @@ where
         keys: &[String],
         arguments: &[A],
     ) -> Result<T, CheckError> {
-        let Some(library) = lua
-            .library
-            .as_ref()
-            .filter(|_| self.functions.load(Relaxed))
-        else {
-            return self.invoke_script(lua, keys, arguments).await;
-        };
+        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
+        if !self.functions.load(Relaxed) {
+            return self.invoke_script(lua, keys, arguments, deadline).await;
+        }
+        let library = &lua.library;
         let mut call = redis::cmd("FCALL");
         call.arg(&library.function)
             .arg(keys.len())
             .arg(keys)
             .arg(arguments);
         let mut connection = self.connection.clone();
-        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
         let mut reply =
             tokio::time::timeout_at(deadline, call.query_async::<T>(&mut connection)).await;
         if let Ok(Err(error)) = &reply
@@ -385,7 +375,7 @@ where
                     {
                         // Flushed again between loading and calling; nothing
                         // ran, and the script cannot miss.
-                        return self.invoke_script(lua, keys, arguments).await;
+                        return self.invoke_script(lua, keys, arguments, deadline).await;
                     }
                     again
                 }
@@ -393,7 +383,7 @@ where
                     if functions_unavailable(&error) {
                         self.functions.store(false, Relaxed);
                     }
-                    return self.invoke_script(lua, keys, arguments).await;
+                    return self.invoke_script(lua, keys, arguments, deadline).await;
                 }
                 Err(elapsed) => Err(elapsed),
             };
@@ -401,7 +391,7 @@ where
         match reply {
             Ok(Err(error)) if functions_unavailable(&error) => {
                 self.functions.store(false, Relaxed);
-                self.invoke_script(lua, keys, arguments).await
+                self.invoke_script(lua, keys, arguments, deadline).await
             }
             Err(_) => Err(CheckError::OperationTimeout),
             Ok(Err(error)) => Err(classify(error)),
