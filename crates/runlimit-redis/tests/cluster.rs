@@ -200,11 +200,7 @@ async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_re
 async fn coalesced_checks_on_a_cluster_load_the_function_library_on_every_primary() {
     let Some(nodes) = nodes() else { return };
     for node in &nodes {
-        let mut connection = redis::Client::open(node.as_str())
-            .expect("node url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("node");
+        let mut connection = common::admin(node).await;
         let _: () = redis::cmd("FUNCTION")
             .arg("FLUSH")
             .query_async(&mut connection)
@@ -240,11 +236,7 @@ async fn coalesced_checks_on_a_cluster_load_the_function_library_on_every_primar
         }
     }
     for node in &nodes {
-        let mut connection = redis::Client::open(node.as_str())
-            .expect("node url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("node");
+        let mut connection = common::admin(node).await;
         let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
             .arg("LIST")
             .arg("LIBRARYNAME")

@@ -31,31 +31,11 @@ fn key(n: u16) -> SubjectKey {
 
 /// Script and function invocations the server has run so far.
 async fn scripts(admin: &mut MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .expect("info");
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls: u64 = stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            matches!(name, "evalsha" | "eval" | "fcall").then_some(calls)
-        })
+    let calls = common::calls(admin).await;
+    ["evalsha", "eval", "fcall"]
+        .iter()
+        .filter_map(|name| calls.get(*name))
         .sum()
-}
-
-async fn admin(url: &str) -> MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin")
 }
 
 /// 32 tasks × 25 checks of one key (limit 100) and, beside them, batches
@@ -67,7 +47,7 @@ async fn concurrent_checks_share_invocations_and_keep_their_own_decisions() {
     let Some((_server, url)) = common::private_server().await else {
         return;
     };
-    let mut admin = admin(&url).await;
+    let mut admin = common::admin(&url).await;
     let limiter = Arc::new(
         RedisLimiter::<_, FixedWindowPolicy>::connect(&url, RedisConfig::default())
             .await
@@ -154,7 +134,7 @@ async fn coalescing_can_be_turned_off() {
     let Some((_server, url)) = common::private_server().await else {
         return;
     };
-    let mut admin = admin(&url).await;
+    let mut admin = common::admin(&url).await;
     let config = RedisConfig::default().with_coalescing(1).expect("valid");
     let limiter = Arc::new(
         RedisLimiter::<_, FixedWindowPolicy>::connect(&url, config)

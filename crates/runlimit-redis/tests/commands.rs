@@ -44,11 +44,7 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
     let Some((_server, url)) = common::private_server().await else {
         return;
     };
-    let mut admin = redis::Client::open(url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin");
+    let mut admin = common::admin(&url).await;
     let fixed = RedisLimiter::<_, FixedWindowPolicy>::connect(&url, RedisConfig::default())
         .await
         .expect("connect");

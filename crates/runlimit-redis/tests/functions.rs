@@ -75,11 +75,7 @@ async fn flushed_libraries_are_loaded_again() {
     let Some((_server, url)) = common::private_server().await else {
         return;
     };
-    let mut admin = redis::Client::open(url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin");
+    let mut admin = common::admin(&url).await;
     let limiter = Arc::new(
         RedisLimiter::<_, FixedWindowPolicy>::connect(&url, RedisConfig::default())
             .await
@@ -114,11 +110,7 @@ async fn a_user_denied_functions_is_served_by_the_scripts() {
     let Some((_server, url)) = common::private_server().await else {
         return;
     };
-    let mut admin = redis::Client::open(url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin");
+    let mut admin = common::admin(&url).await;
     redis::cmd("ACL")
         .arg("SETUSER")
         .arg("scripts-only")

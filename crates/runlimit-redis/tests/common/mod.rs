@@ -213,3 +213,12 @@ pub(crate) async fn calls(admin: &mut redis::aio::MultiplexedConnection) -> Hash
         })
         .collect()
 }
+
+/// A plain connection to `url` for a test's own commands.
+pub(crate) async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin")
+}
