@@ -31,10 +31,12 @@
 //!
 //! # One round trip, one clock
 //!
-//! Every check and every atomic batch runs one Lua script (`EVALSHA`, reloaded
-//! with `EVAL` after `SCRIPT FLUSH` or a restart). Scripts run atomically, read
-//! Redis's own clock with `TIME`, decide every check first, and write only when
-//! all are allowed, so a denied or failed batch consumes nothing. The
+//! Every check and every atomic batch runs one Lua script: as a Redis
+//! function where the server has them (below), otherwise with `EVALSHA`,
+//! reloaded with `EVAL` after `SCRIPT FLUSH` or a restart. Scripts run
+//! atomically, read Redis's own clock with `TIME`, decide every check first,
+//! and write only when all are allowed, so a denied or failed batch consumes
+//! nothing. The
 //! scripts of the three algorithms share one prelude for the clock, state
 //! fields, expiring writes and that batch rule. The scripts need Redis 6.0 or
 //! later (`SET … KEEPTTL`); tests and benchmarks run on Redis 7.0.
