@@ -40,7 +40,7 @@ done
 # The command that runs PARTS... then the entry point ENTRY (the last
 # argument), as the client builds it (limiter.rs, `script!`), in `command`.
 prepare() {
-    local parts=("${@:1:$#-1}") entry="${*: -1}" part
+    local parts=("${@:1:$#-1}") entry="${*: -1}"
     if [[ "$form" == script ]]; then
         local sha
         sha="$(cat "$source_dir/script.lua" "$source_dir/common.lua" \
@@ -50,8 +50,7 @@ prepare() {
     else
         {
             echo "#!lua name=runlimit_cost"
-            cat "$source_dir/library.lua" "$source_dir/common.lua"
-            for part in "${parts[@]}"; do cat "$source_dir/$part"; done
+            cat "$source_dir/library.lua" "$source_dir/common.lua" "${parts[@]/#/$source_dir/}"
             printf '\nlocal function entry()\n'
             cat "$source_dir/$entry"
             echo "end"

@@ -24,6 +24,8 @@
 --     a counter has (`probing`: it records `room` and denies, so nothing is
 --     written), then a second admits the units granted (`granting`), in the
 --     same atomic script. Admissions leave both unset.
+-- These and `states`, `ahead` below hold for one invocation: a function
+-- library's entry (`library_entry.lua`) resets every one of them per call.
 local probing, granting, room = false, nil, 0
 
 -- In a coalesced invocation: the states read before anything is written,

@@ -24,6 +24,7 @@ local function admit_lones(out, at, k, a, r)
     -- A new window's state and expiry, formatted when a check first needs them.
     local fresh_state, fresh_px = nil, nil
     for i = k + 1, k + r do
+        -- `read(i)`, inlined: the call costs 3% of a coalesced check.
         local key, state = KEYS[i], states[i]
         if ahead then
             local written = ahead[key]
