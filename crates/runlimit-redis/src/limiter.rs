@@ -106,9 +106,11 @@ macro_rules! script {
 /// Invocations of one group (the server, or a cluster slot) sent before later
 /// checks queue to be coalesced: two keep the connection's pipeline busy, so
 /// coalescing starts only where the server, not the round trip, is the limit.
-/// At 32 tasks, two let about ten members gather per invocation where four
-/// let five or six, so each check bears half as much of an invocation's fixed
-/// cost; at 8 tasks coalesced checks still keep up with uncoalesced ones.
+/// At 32 tasks, two let about fifteen members gather per invocation (with
+/// the leader's yield in `coalesce`; ten without it) where three let ten and
+/// four five or six, so each check bears a small share of an invocation's
+/// fixed cost; at 8 tasks coalesced checks still keep up with uncoalesced
+/// ones.
 const IN_FLIGHT: usize = 2;
 
 static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua" => "single.lua");
