@@ -23,8 +23,8 @@
 //! runtime once, so that callers it answered which check again at once
 //! (a busy service's do) join the next invocation rather than the one
 //! after: invocations stay fuller, and the other in flight keeps the server
-//! busy meanwhile. A leader's drop guard does both, so a leader whose
-//! future is dropped never stalls its group; the members it was carrying
+//! busy meanwhile. A leader's drop guard answers and hands on, so a leader
+//! whose future is dropped (yielding, too) never stalls its group; the members it was carrying
 //! then fail with a "may have consumed" error, as an abandoned single check
 //! would.
 
@@ -204,9 +204,9 @@ impl Coalescer {
                     // letting them run first puts them in the next invocation
                     // with those already queued, rather than in the one after.
                     // Fuller invocations cost the server less per check (at 32
-                    // tasks, about 15 members rather than 10, and a fifth less
-                    // server time per check), and the invocation still in
-                    // flight keeps the server busy meanwhile.
+                    // tasks, about 15 members rather than 10; BENCHMARKS.md has
+                    // the server time), and the invocation still in flight
+                    // keeps the server busy meanwhile.
                     tokio::task::yield_now().await;
                 }
                 Ok(mine)
