@@ -551,53 +551,31 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
     }
     // On a shared machine a slow round slows every workload in it, so each
     // round's ratio to the PING measured just before it is steadier than
-    // the ratio of medians.
-    for (workload, rounds) in workloads.iter().zip(&results).skip(1) {
-        let mut rates: Vec<f64> = rounds
-            .iter()
-            .zip(&results[0])
-            .map(|(r, ping)| r.0 / ping.0)
-            .collect();
-        let mut cpus: Vec<f64> = rounds
-            .iter()
-            .zip(&results[0])
-            .map(|(r, ping)| r.2 / ping.2)
-            .collect();
-        println!(
-            "median of the rounds' ratios to their PING, {workload:?}: {:.0}% of its rate ({:.0}–{:.0}%), \
-             {:.2}× its server CPU per operation ({:.2}–{:.2}×)",
-            100.0 * median(&mut rates),
-            100.0 * rates[0],
-            100.0 * rates[rates.len() - 1],
-            median(&mut cpus),
-            cpus[0],
-            cpus[cpus.len() - 1],
-        );
-    }
-    // The minimal script is the floor of any design that admits with one
-    // script invocation per check: a check at 100% of it costs the server
-    // what that floor does.
-    let floor = &results[1];
-    for (workload, rounds) in workloads.iter().zip(&results).skip(2) {
-        let mut rates: Vec<f64> = rounds
-            .iter()
-            .zip(floor)
-            .map(|(r, floor)| r.0 / floor.0)
-            .collect();
-        let mut cpus: Vec<f64> = rounds
-            .iter()
-            .zip(floor)
-            .map(|(r, floor)| r.2 / floor.2)
-            .collect();
-        println!(
-            "median of the rounds' ratios to their minimal script, {workload:?}: {:.0}% of its rate \
-             ({:.0}–{:.0}%), {:.2}× its server CPU per operation ({:.2}–{:.2}×)",
-            100.0 * median(&mut rates),
-            100.0 * rates[0],
-            100.0 * rates[rates.len() - 1],
-            median(&mut cpus),
-            cpus[0],
-            cpus[cpus.len() - 1],
-        );
+    // the ratio of medians. Each is also taken to the minimal script
+    // measured just before it: the floor of any design that admits with one
+    // script invocation per check.
+    for (base, name) in [(0, "PING"), (1, "minimal script")] {
+        for (workload, rounds) in workloads.iter().zip(&results).skip(base + 1) {
+            let mut rates: Vec<f64> = rounds
+                .iter()
+                .zip(&results[base])
+                .map(|(r, base)| r.0 / base.0)
+                .collect();
+            let mut cpus: Vec<f64> = rounds
+                .iter()
+                .zip(&results[base])
+                .map(|(r, base)| r.2 / base.2)
+                .collect();
+            println!(
+                "median of the rounds' ratios to their {name}, {workload:?}: {:.0}% of its rate \
+                 ({:.0}–{:.0}%), {:.2}× its server CPU per operation ({:.2}–{:.2}×)",
+                100.0 * median(&mut rates),
+                100.0 * rates[0],
+                100.0 * rates[rates.len() - 1],
+                median(&mut cpus),
+                cpus[0],
+                cpus[cpus.len() - 1],
+            );
+        }
     }
 }
