@@ -6,7 +6,7 @@
 # redis-benchmark, on 10,000 random keys already stored, as the client sends
 # it: a function library called with FCALL. What it runs:
 #   MEMBERS          invocations of MEMBERS lone checks sharing their policy
-#                    through the coalesced entry point (default 11, what 32
+#                    through the coalesced entry point (default 15, what 32
 #                    tasks through one limiter gather);
 #   lone             one check per invocation through the single-check entry;
 #   script MEMBERS   the coalesced code as a script (EVALSHA), what servers
@@ -22,7 +22,7 @@ if [[ "${1:-}" == script ]]; then
     form=script
     shift
 fi
-what="${1:-11}"
+what="${1:-15}"
 invocations="${INVOCATIONS:-2000}"
 source_dir="$(cd "$(dirname "$0")/../crates/runlimit-redis/src" && pwd)"
 work="$(mktemp -d)"
