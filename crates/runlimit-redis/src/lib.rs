@@ -81,7 +81,11 @@
 //!
 //! The effect on latency: a queued check waits for one invocation ahead of it
 //! to finish, then shares the next; under load this replaces waiting in the
-//! server's queue. A queued check that reaches its operation timeout before
+//! server's queue. The caller that sent an invocation for others answers
+//! them, then yields to the runtime once before the next is sent, so those
+//! that check again at once share it (at 32 tasks about fifteen members
+//! per invocation rather than ten, for less server time per check); its own
+//! answer waits for that turn. A queued check that reaches its operation timeout before
 //! an invocation takes it fails with [`CheckError::OperationTimeout`] (it
 //! may still be sent). Turn coalescing off with `with_coalescing(1)`.
 //!
