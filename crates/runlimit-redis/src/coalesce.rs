@@ -24,9 +24,9 @@
 //! (a busy service's do) join the next invocation rather than the one
 //! after: invocations stay fuller, and the other in flight keeps the server
 //! busy meanwhile. A leader's drop guard answers and hands on, so a leader
-//! whose future is dropped (yielding, too) never stalls its group; the members it was carrying
-//! then fail with a "may have consumed" error, as an abandoned single check
-//! would.
+//! whose future is dropped (yielding, too) never stalls its group; the
+//! members it was carrying then fail with a "may have consumed" error, as an
+//! abandoned single check would.
 
 use std::{
     collections::HashMap,
