@@ -2,7 +2,8 @@
 //! connections, in one run.
 //!
 //! Run with `cargo bench -p runlimit-redis --bench redis` (`BENCH_SECONDS`
-//! sets seconds per cell; `BENCH_ROUNDS` the rounds of `-- coalescing`). Results are recorded in BENCHMARKS.md.
+//! sets seconds per cell; `BENCH_ROUNDS` the rounds of `-- coalescing`).
+//! Results are recorded in BENCHMARKS.md.
 //!
 //! On a machine with at least two cores and `redis-server` and `taskset`
 //! installed, the bench starts its own `redis-server` pinned to the last core

@@ -191,9 +191,10 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
 /// Each check or batch is one atomic Lua script, called as a Redis function
 /// (`FCALL`, loaded where missing), or with `EVALSHA` (reloaded on
 /// `NOSCRIPT`) where the server has no functions: it reads Redis's clock
-/// (`TIME`), decides every check, and writes only if all are allowed, setting each key to expire when its state
-/// becomes worthless. `C` is any `redis` async connection: a reconnecting
-/// `ConnectionManager` for one server, a `ClusterConnection` for a cluster.
+/// (`TIME`), decides every check, and writes only if all are allowed,
+/// setting each key to expire when its state becomes worthless. `C` is any
+/// `redis` async connection: a reconnecting `ConnectionManager` for one
+/// server, a `ClusterConnection` for a cluster.
 pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     connection: C,
     config: RedisConfig,
