@@ -5,7 +5,8 @@
 #
 # Usage:
 #   scripts/test.sh           full gate: fmt, clippy (with incompatible_msrv
-#                             against rust-version), cargo-deny, tests, docs,
+#                             against rust-version), cargo-deny (installed
+#                             from crates.io when missing), tests, docs,
 #                             external consumer check, and the demo
 #   scripts/test.sh --quick   local iteration: skips clippy and rustdoc (the two
 #                             slowest steps that only report lint-level issues)
@@ -51,6 +52,9 @@ done
 # so relative paths (smoke/, scripts/, the default target/) are stable.
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
+
+# The cargo-deny release this gate is checked with; installed when missing.
+cargo_deny_version=0.20.2
 
 export RUNLIMIT_POSTGRES_TEST_DATABASE_URL="${RUNLIMIT_POSTGRES_TEST_DATABASE_URL-postgres://postgres@127.0.0.1:5432/test}"
 export RUNLIMIT_REDIS_TEST_URL="${RUNLIMIT_REDIS_TEST_URL-redis://127.0.0.1:6379/}"
@@ -100,19 +104,15 @@ cargo check -p runlimit-memory --no-default-features --locked
 
 # The dependency graph's licenses, duplicate crates and sources, against
 # deny.toml. Advisories need the RustSec database from the network, so only
-# the public workflow checks them. CI must run this; a developer without
-# cargo-deny gets a note instead.
-if cargo deny --version >/dev/null 2>&1; then
-    step "cargo deny check licenses bans sources"
-    cargo deny --locked check licenses bans sources
-elif [[ "${CI:-}" == true || "${RUNLIMIT_REQUIRE_SERVICES:-}" == 1 ]]; then
-    step "cargo deny check licenses bans sources"
-    echo "cargo-deny is not installed (cargo install --locked cargo-deny)" >&2
-    exit 1
-else
-    echo
-    echo "==> skipping cargo deny: not installed (cargo install --locked cargo-deny)"
+# the public workflow checks them. A machine without cargo-deny gets it
+# installed from crates.io first (a few minutes, once), so a fresh clone's
+# first run is the same gate CI runs.
+if ! cargo deny --version >/dev/null 2>&1; then
+    step "cargo install --locked cargo-deny@$cargo_deny_version (not installed)"
+    cargo install --locked "cargo-deny@$cargo_deny_version"
 fi
+step "cargo deny check licenses bans sources"
+cargo deny --locked check licenses bans sources
 
 # Plain `cargo test`: tests that need PostgreSQL or Redis print their own skip
 # reason when the service is unreachable (unless RUNLIMIT_REQUIRE_SERVICES=1).
