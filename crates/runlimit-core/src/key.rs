@@ -32,9 +32,13 @@
 //!
 //! Use one stable, random secret of at least [`MIN_SECRET_LEN`] bytes across
 //! every replica sharing a backend. Rotating it changes every derived key, so
-//! it starts fresh counters: deploy a rotation to all replicas together, since
-//! replicas on the old and the new secret at the same time admit against
-//! different counters.
+//! on its own it starts fresh counters. A hasher built
+//! [`with_previous_secret`](KeyHasher::with_previous_secret) rotates without
+//! a reset: each key it derives carries the subject's key under the previous
+//! secret too, and a counter with no state under the new key starts from the
+//! old key's state (see [`carry`](crate::carry)). Deploy it to all replicas
+//! together (replicas still on the old secret alone count on the old keys),
+//! and drop the previous secret once the longest window in use has passed.
 
 use std::fmt;
 
@@ -64,6 +68,9 @@ pub enum KeyHasherError {
         /// [`MIN_SECRET_LEN`].
         minimum: usize,
     },
+    /// [`KeyHasher::with_previous_secret`] was given the current secret.
+    #[error("the previous key-hashing secret is the current one")]
+    PreviousIsCurrent,
 }
 
 /// Derives opaque [`SubjectKey`]s from normalized subjects with domain-separated
@@ -75,7 +82,10 @@ pub enum KeyHasherError {
 /// the SHA-256 states and buffered input are wiped when each is dropped.
 ///
 /// Use one stable secret across every replica that shares a backend. Rotating the
-/// secret changes every derived key, which starts fresh counters.
+/// secret changes every derived key, which starts fresh counters, unless the
+/// new hasher keeps the previous secret
+/// ([`with_previous_secret`](Self::with_previous_secret)) until the longest
+/// window in use has passed.
 ///
 /// # Examples
 ///
@@ -102,6 +112,8 @@ pub struct KeyHasher {
     mac: Hmac<Sha256>,
     /// The same two chaining states, for prepared hashers (wiped on drop too).
     pads: Pads,
+    /// The previous secret's HMAC state during a rotation (wiped on drop too).
+    previous: Option<Box<Hmac<Sha256>>>,
 }
 
 impl KeyHasher {
@@ -131,7 +143,66 @@ impl KeyHasher {
         Ok(Self {
             mac,
             pads: Pads::new(secret),
+            previous: None,
         })
+    }
+
+    /// Returns the hasher keeping `previous`, the secret it replaces, for a
+    /// rotation without a reset: each [`SubjectKey`] it derives also carries
+    /// the subject's key under `previous`, and a counter that holds no state
+    /// under the new key starts from the one under the previous key, on every
+    /// backend (see [`carry`](crate::carry)). An attacker at the limit before
+    /// the rotation is still denied after it.
+    ///
+    /// Deploy it to every replica; once the longest window in use (GCRA: its
+    /// full replenishment) has passed since the rotation, drop `previous`.
+    /// Hashing costs a second HMAC meanwhile. The previous secret, like the
+    /// current one, never reaches `Debug`, and is wiped when the hasher is
+    /// dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
+    ///
+    /// let policy = FixedWindowPolicy::new(
+    ///     PolicyId::new("auth.reset")?,
+    ///     ScopeId::new("recipient")?,
+    ///     5,
+    ///     Duration::from_secs(900),
+    /// )?;
+    /// let before = KeyHasher::new(b"the secret in use until today, 32+ bytes")?;
+    /// let after = KeyHasher::new(b"the secret in use from today on, 32+ bytes")?
+    ///     .with_previous_secret(b"the secret in use until today, 32+ bytes")?;
+    /// let key = after.hash_for(&policy, b"user@example.test");
+    /// assert_eq!(key.previous(), Some(*before.hash_for(&policy, b"user@example.test").as_bytes()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`KeyHasherError::SecretTooShort`] if `previous` is shorter than
+    /// [`MIN_SECRET_LEN`] bytes; [`KeyHasherError::PreviousIsCurrent`] if it
+    /// is the current secret.
+    pub fn with_previous_secret(mut self, previous: &[u8]) -> Result<Self, KeyHasherError> {
+        let previous = Self::new(previous)?;
+        // Equal secrets have equal HMAC states: compare a derived tag rather
+        // than keep the raw secret.
+        let probe = |mac: &Hmac<Sha256>| {
+            let mut mac = mac.clone();
+            mac.update(b"runlimit previous secret probe");
+            mac.finalize().into_bytes()
+        };
+        if probe(&previous.mac) == probe(&self.mac) {
+            return Err(KeyHasherError::PreviousIsCurrent);
+        }
+        self.previous = Some(Box::new(previous.mac.clone()));
+        Ok(self)
+    }
+
+    /// Whether the hasher keeps a previous secret.
+    #[must_use]
+    pub fn is_rotating(&self) -> bool {
+        self.previous.is_some()
     }
 
     /// Derives the subject key for `subject` under `policy`'s id and scope.
@@ -141,9 +212,23 @@ impl KeyHasher {
     /// documentation](crate::key#derivation) for the exact derivation.
     #[must_use]
     pub fn hash_for<P: Policy + ?Sized>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
-        let mut mac = self.mac.clone();
-        absorb_framing(&mut mac, policy);
-        finish(mac, &length_prefix(subject), subject)
+        let key = derive(&self.mac, policy, subject);
+        self.with_previous(key, policy, subject)
+    }
+
+    /// `key`, carrying the subject's key under the previous secret if there
+    /// is one.
+    #[inline]
+    fn with_previous<P: Policy + ?Sized>(
+        &self,
+        key: SubjectKey,
+        policy: &P,
+        subject: &[u8],
+    ) -> SubjectKey {
+        match &self.previous {
+            None => key,
+            Some(previous) => key.with_previous(derive(previous, policy, subject).digest),
+        }
     }
 
     /// Prepares derivation under one policy's id and scope, for an extractor that
@@ -240,10 +325,16 @@ fn framing<P: Policy + ?Sized>(policy: &P) -> Vec<u8> {
 }
 
 /// Absorbs what remains of the subject's length prefix and the subject itself.
+fn derive<P: Policy + ?Sized>(mac: &Hmac<Sha256>, policy: &P, subject: &[u8]) -> SubjectKey {
+    let mut mac = mac.clone();
+    absorb_framing(&mut mac, policy);
+    finish(mac, &length_prefix(subject), subject)
+}
+
 fn finish(mut mac: Hmac<Sha256>, length_rest: &[u8], subject: &[u8]) -> SubjectKey {
     mac.update(length_rest);
     mac.update(subject);
-    SubjectKey(mac.finalize().into_bytes().into())
+    SubjectKey::from_digest(mac.finalize().into_bytes().into())
 }
 
 /// A [`KeyHasher`] prepared for one policy by [`KeyHasher::prepared_for`].
@@ -284,7 +375,13 @@ impl PreparedKeyHasher {
         };
         // Subjects too long to finish in two blocks (at least 55 bytes fit,
         // depending on the framing) take the general derivation.
-        finished.map_or_else(|| self.hasher.hash_for(policy, subject), SubjectKey)
+        match finished {
+            Some(digest) => {
+                self.hasher
+                    .with_previous(SubjectKey::from_digest(digest), policy, subject)
+            }
+            None => self.hasher.hash_for(policy, subject),
+        }
     }
 }
 
@@ -299,7 +396,11 @@ impl fmt::Debug for PreparedKeyHasher {
 
 impl fmt::Debug for KeyHasher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("KeyHasher(<redacted>)")
+        if self.previous.is_some() {
+            f.write_str("KeyHasher(<redacted>, previous: <redacted>)")
+        } else {
+            f.write_str("KeyHasher(<redacted>)")
+        }
     }
 }
 
@@ -308,8 +409,16 @@ impl fmt::Debug for KeyHasher {
 /// Usually derived with [`KeyHasher::hash_for`]; [`SubjectKey::from_digest`] accepts
 /// a digest computed elsewhere, which must be just as unpredictable. `Debug` is
 /// redacted and the type deliberately has no serde support.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SubjectKey([u8; 32]);
+///
+/// During a secret rotation the key also carries the subject's key under the
+/// previous secret ([`previous`](Self::previous)), from which a backend
+/// carries the subject's state. A key is its digest: equality, ordering and
+/// hashing ignore the previous key.
+#[derive(Clone, Copy)]
+pub struct SubjectKey {
+    digest: [u8; 32],
+    previous: Option<[u8; 32]>,
+}
 
 impl SubjectKey {
     /// Wraps a 32-byte digest computed by the application.
@@ -319,14 +428,64 @@ impl SubjectKey {
     #[inline]
     #[must_use]
     pub const fn from_digest(digest: [u8; 32]) -> Self {
-        Self(digest)
+        Self {
+            digest,
+            previous: None,
+        }
+    }
+
+    /// Returns the key carrying `previous`, the same subject's key under the
+    /// previous secret (what [`KeyHasher::with_previous_secret`] derives), for
+    /// keys derived outside this crate during a rotation.
+    #[inline]
+    #[must_use]
+    pub const fn with_previous(mut self, previous: [u8; 32]) -> Self {
+        self.previous = Some(previous);
+        self
     }
 
     /// The key bytes, for backends that store them.
     #[inline]
     #[must_use]
     pub const fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.digest
+    }
+
+    /// The subject's key under the previous secret, during a rotation.
+    #[inline]
+    #[must_use]
+    pub const fn previous(&self) -> Option<[u8; 32]> {
+        self.previous
+    }
+}
+
+impl PartialEq for SubjectKey {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for SubjectKey {}
+
+impl std::hash::Hash for SubjectKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.digest.hash(state);
+    }
+}
+
+impl PartialOrd for SubjectKey {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SubjectKey {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.digest.cmp(&other.digest)
     }
 }
 
@@ -353,7 +512,8 @@ impl CounterKey {
     pub const fn new(fingerprint: PolicyFingerprint, subject: SubjectKey) -> Self {
         Self {
             fingerprint,
-            subject,
+            // A counter is keyed by the digest alone.
+            subject: SubjectKey::from_digest(subject.digest),
         }
     }
 

@@ -3,8 +3,10 @@
 //! `runlimit-core` holds what is independent of storage and framework:
 //!
 //! * validated identifiers ([`PolicyId`], [`ScopeId`]) and policies
-//!   ([`FixedWindowPolicy`], [`SlidingWindowPolicy`], [`GcraPolicy`]) whose bounds ([`MAX_LIMIT`],
-//!   [`MAX_WINDOW`]) every backend represents exactly;
+//!   ([`FixedWindowPolicy`], [`SlidingWindowPolicy`], [`GcraPolicy`], any of
+//!   them as an [`AnyPolicy`]) whose bounds ([`MAX_LIMIT`], [`MAX_WINDOW`])
+//!   every backend represents exactly, and the lineage and translation that
+//!   carry a subject's state across a change of policy or secret ([`carry`]);
 //! * HMAC-derived subject keys ([`KeyHasher`], [`SubjectKey`]) and the
 //!   [`CounterKey`] a backend stores a counter under;
 //! * [`Check`]s and their outcomes ([`Decision`], [`Denial`], [`BatchDecision`]);
@@ -54,8 +56,13 @@
 //!   quota; an invalid policy cannot be built.
 //! * **A policy's identity is its fingerprint.** The policy id, scope and quota
 //!   parameters are folded into the [`CounterKey`], so changing any of them
-//!   starts independent counters. The [`QuotaMode`] is not, so switching a
-//!   warmed shadow policy to enforcement keeps its counters.
+//!   starts independent counters, unless the new policy
+//!   [`continues`](FixedWindowPolicy::continuing) from the one it replaces:
+//!   then each subject's state is carried over the first time it is checked
+//!   ([`carry`]; a rotated secret likewise, with
+//!   [`KeyHasher::with_previous_secret`]). The [`QuotaMode`] is not part of
+//!   the fingerprint, so switching a warmed shadow policy to enforcement keeps
+//!   its counters.
 //! * **Shadow mode observes without enforcing.** Under
 //!   [`QuotaMode::Shadow`] an exhausted quota yields a shadow denial:
 //!   [`Decision::permits_request`] and [`Decision::would_deny`] are both true
@@ -76,6 +83,7 @@
 
 mod backend;
 mod batch;
+pub mod carry;
 mod check;
 mod decision;
 mod divisor;
@@ -86,6 +94,7 @@ mod id;
 pub mod key;
 mod lifecycle;
 mod limiter;
+mod lineage;
 mod observation;
 pub mod observers;
 pub mod policy;
@@ -106,9 +115,10 @@ pub use lifecycle::{
     Admission, Admitted, Credits, Lifecycle, Receipt, RefundError, Refunded, Settle, Stamp,
 };
 pub use limiter::Limiter;
+pub use lineage::{AnyPolicy, PolicyKind};
 pub use observation::{
-    AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,
-    CleanupObservation, Consumption, Observer, Operation, PolicyLabel, notify,
+    AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation, CarriedFrom,
+    CarryObservation, CleanupObservation, Consumption, Observer, Operation, PolicyLabel, notify,
 };
 pub use policy::{
     Algorithm, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, MAX_WINDOW, Policy, PolicyError,

@@ -60,6 +60,13 @@ pub trait Observer: Send + Sync + fmt::Debug {
     fn on_capacity(&self, observation: &CapacityObservation) {
         let _ = observation;
     }
+
+    /// Called when a counter started from another counter's state (see
+    /// [`carry`](crate::carry)): once per counter and carry, never with the
+    /// subject.
+    fn on_carry(&self, observation: &CarryObservation<'_>) {
+        let _ = observation;
+    }
 }
 
 impl<O: Observer + ?Sized> Observer for std::sync::Arc<O> {
@@ -73,6 +80,10 @@ impl<O: Observer + ?Sized> Observer for std::sync::Arc<O> {
 
     fn on_capacity(&self, observation: &CapacityObservation) {
         (**self).on_capacity(observation);
+    }
+
+    fn on_carry(&self, observation: &CarryObservation<'_>) {
+        (**self).on_carry(observation);
     }
 }
 
@@ -629,5 +640,59 @@ impl CapacityObservation {
     #[must_use]
     pub fn shard(&self) -> Option<usize> {
         self.shard
+    }
+}
+
+/// A counter that started from a source's state: which policy, and which
+/// kind of source (see [`carry`](crate::carry)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarryObservation<'a> {
+    policy: PolicyLabel<'a>,
+    from: CarriedFrom,
+}
+
+impl<'a> CarryObservation<'a> {
+    /// Describes a counter of `policy` that carried the state of a source of
+    /// kind `from`.
+    #[must_use]
+    pub fn new(policy: PolicyLabel<'a>, from: CarriedFrom) -> Self {
+        Self { policy, from }
+    }
+
+    /// The policy of the counter that carried.
+    #[must_use]
+    pub fn policy(&self) -> PolicyLabel<'a> {
+        self.policy
+    }
+
+    /// What it carried from.
+    #[must_use]
+    pub fn from(&self) -> CarriedFrom {
+        self.from
+    }
+}
+
+/// Which of a check's [`carry sources`](crate::Check::carry_sources) a
+/// counter carried from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CarriedFrom {
+    /// The same policy's counter under the previous secret.
+    PreviousSecret,
+    /// The predecessor's counter under the current secret.
+    Predecessor,
+    /// The predecessor's counter under the previous secret.
+    PredecessorUnderPreviousSecret,
+}
+
+impl CarriedFrom {
+    /// A stable lowercase name, suitable for metric labels.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::PreviousSecret => "previous_secret",
+            Self::Predecessor => "predecessor",
+            Self::PredecessorUnderPreviousSecret => "predecessor_previous_secret",
+        }
     }
 }

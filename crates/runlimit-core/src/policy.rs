@@ -30,6 +30,7 @@ use crate::{
     decision::{Decision, Denial},
     divisor::Divisor,
     id::{PolicyId, ScopeId},
+    lineage::{AnyPolicy, PolicyKind, Predecessor, predecessor_for},
 };
 
 /// The largest limit, GCRA quota or burst capacity a policy may have: 10<sup>9</sup>.
@@ -145,6 +146,10 @@ pub enum PolicyError {
         /// [`MAX_WINDOW`].
         maximum: Duration,
     },
+    /// A policy continues only from a policy with its id and scope (subject
+    /// keys are derived from both, so no other policy's counters can be found).
+    #[error("a policy can continue only from a policy with the same id and scope")]
+    PredecessorIdentity,
     /// Replenishing the full GCRA burst would take longer than [`MAX_WINDOW`].
     #[error("replenishing the full burst takes {replenishment:?}, longer than {maximum:?}")]
     ReplenishmentTooLong {
@@ -269,14 +274,54 @@ pub trait Policy: fmt::Debug + Send + Sync + sealed::Sealed {
     /// The largest cost a single check may carry: the fixed- or sliding-window
     /// limit, or the GCRA burst capacity.
     fn capacity(&self) -> u64;
+    /// The policy with its algorithm's parameters, for a backend to match on.
+    fn kind(&self) -> PolicyKind<'_>;
+    /// The policy this one continues from, if any: a subject's state under it
+    /// is carried into this policy's counter the first time the subject is
+    /// checked (see [`carry`](crate::carry)).
+    fn predecessor(&self) -> Option<&AnyPolicy>;
 }
 
 /// The accessors every policy shares (inherent, so callers need not import
 /// [`Policy`]) and its [`Policy`] implementation; `$capacity` names the field
 /// holding the largest cost a single check may carry.
 macro_rules! policy_identity {
-    ($policy:ty, $algorithm:expr, $capacity:ident) => {
+    ($policy:ty, $algorithm:expr, $kind:ident, $capacity:ident) => {
         impl $policy {
+            /// Returns the policy continuing from `predecessor`, the policy it
+            /// replaces (of any algorithm, with the same id and scope): a
+            /// subject's state under the predecessor is carried into this
+            /// policy's counter the first time the subject is checked under
+            /// it, translated to this policy's parameters, on every backend.
+            /// Raising a limit gives a subject the difference at once;
+            /// lowering it denies until the carried usage falls under the new
+            /// limit. The bound a change keeps is stated in
+            /// [`carry`](crate::carry).
+            ///
+            /// The lineage is not part of the fingerprint: dropping it later
+            /// (once the predecessor's longest window has passed) keeps every
+            /// counter. A predecessor's own predecessor is not kept, and a
+            /// predecessor with this policy's fingerprint changes nothing.
+            ///
+            /// # Errors
+            ///
+            /// [`PolicyError::PredecessorIdentity`] when `predecessor` has
+            /// another id or scope.
+            pub fn continuing<Q: Policy + ?Sized>(
+                mut self,
+                predecessor: &Q,
+            ) -> Result<Self, PolicyError> {
+                self.predecessor =
+                    predecessor_for(&self.id, &self.scope, &self.fingerprint, predecessor)?;
+                Ok(self)
+            }
+
+            /// The policy without a predecessor.
+            pub(crate) fn without_predecessor(mut self) -> Self {
+                self.predecessor = None;
+                self
+            }
+
             /// The policy identifier.
             #[inline]
             #[must_use]
@@ -333,6 +378,14 @@ macro_rules! policy_identity {
             fn capacity(&self) -> u64 {
                 self.$capacity
             }
+            #[inline]
+            fn kind(&self) -> PolicyKind<'_> {
+                PolicyKind::$kind(self)
+            }
+            #[inline]
+            fn predecessor(&self) -> Option<&AnyPolicy> {
+                self.predecessor.as_deref()
+            }
         }
     };
 }
@@ -365,6 +418,7 @@ pub struct FixedWindowPolicy {
     window_ms: u64,
     quota_mode: QuotaMode,
     fingerprint: PolicyFingerprint,
+    predecessor: Predecessor,
 }
 
 impl FixedWindowPolicy {
@@ -394,6 +448,7 @@ impl FixedWindowPolicy {
             window_ms,
             quota_mode: QuotaMode::Enforce,
             fingerprint,
+            predecessor: None,
         })
     }
 
@@ -457,11 +512,17 @@ impl fmt::Debug for FixedWindowPolicy {
             .field("limit", &self.limit)
             .field("window", &self.window)
             .field("quota_mode", &self.quota_mode)
+            .field("continuing", &self.predecessor)
             .finish_non_exhaustive()
     }
 }
 
-policy_identity!(FixedWindowPolicy, Algorithm::FixedWindow, limit);
+policy_identity!(
+    FixedWindowPolicy,
+    Algorithm::FixedWindow,
+    FixedWindow,
+    limit
+);
 
 /// A GCRA (generic cell rate algorithm) policy: `quota` units replenish
 /// continuously over each `period`, and at most `burst_capacity` units may be
@@ -506,6 +567,7 @@ pub struct GcraPolicy {
     period_nanos: Divisor,
     quota_mode: QuotaMode,
     fingerprint: PolicyFingerprint,
+    predecessor: Predecessor,
 }
 
 impl GcraPolicy {
@@ -562,6 +624,7 @@ impl GcraPolicy {
             period_nanos: Divisor::new(period_nanos),
             quota_mode: QuotaMode::Enforce,
             fingerprint,
+            predecessor: None,
         })
     }
 
@@ -651,11 +714,12 @@ impl fmt::Debug for GcraPolicy {
             .field("period", &self.period)
             .field("burst_capacity", &self.burst_capacity)
             .field("quota_mode", &self.quota_mode)
+            .field("continuing", &self.predecessor)
             .finish_non_exhaustive()
     }
 }
 
-policy_identity!(GcraPolicy, Algorithm::Gcra, burst_capacity);
+policy_identity!(GcraPolicy, Algorithm::Gcra, Gcra, burst_capacity);
 
 /// A sliding-window policy: at most `limit` units in **every** interval of
 /// length `window`, with no boundary at which a caller may spend a quota twice.
@@ -707,6 +771,7 @@ pub struct SlidingWindowPolicy {
     window_ms: u64,
     quota_mode: QuotaMode,
     fingerprint: PolicyFingerprint,
+    predecessor: Predecessor,
 }
 
 impl SlidingWindowPolicy {
@@ -736,6 +801,7 @@ impl SlidingWindowPolicy {
             window_ms,
             quota_mode: QuotaMode::Enforce,
             fingerprint,
+            predecessor: None,
         })
     }
 
@@ -786,11 +852,17 @@ impl fmt::Debug for SlidingWindowPolicy {
             .field("limit", &self.limit)
             .field("window", &self.window)
             .field("quota_mode", &self.quota_mode)
+            .field("continuing", &self.predecessor)
             .finish_non_exhaustive()
     }
 }
 
-policy_identity!(SlidingWindowPolicy, Algorithm::SlidingWindow, limit);
+policy_identity!(
+    SlidingWindowPolicy,
+    Algorithm::SlidingWindow,
+    SlidingWindow,
+    limit
+);
 
 #[cfg(feature = "serde")]
 mod serde_impl {

@@ -11,6 +11,7 @@ use std::fmt;
 use crate::{
     id::{PolicyId, ScopeId},
     lifecycle::Receipt,
+    lineage::{AnyPolicy, PolicyKind},
     policy::{Algorithm, Policy, PolicyFingerprint, QuotaMode, sealed},
 };
 
@@ -115,6 +116,14 @@ impl<G: Policy, S: Policy> Policy for TieredPolicy<G, S> {
     #[inline]
     fn capacity(&self) -> u64 {
         delegate!(self, capacity)
+    }
+    #[inline]
+    fn kind(&self) -> PolicyKind<'_> {
+        delegate!(self, kind)
+    }
+    #[inline]
+    fn predecessor(&self) -> Option<&AnyPolicy> {
+        delegate!(self, predecessor)
     }
 }
 

@@ -3,8 +3,8 @@
 use ::metrics::{counter, gauge, histogram};
 
 use crate::observation::{
-    AdmissionObservation, AdmissionOutcome, CapacityObservation, CleanupObservation, Consumption,
-    Observer,
+    AdmissionObservation, AdmissionOutcome, CapacityObservation, CarryObservation,
+    CleanupObservation, Consumption, Observer,
 };
 
 /// Records every observation through the `metrics` crate's global (or
@@ -23,6 +23,7 @@ use crate::observation::{
 /// | `runlimit_storage_used` | gauge: keys stored | `shard` |
 /// | `runlimit_cleanup_removed_total` | counter: expired keys removed | |
 /// | `runlimit_cleanup_runs_total` | counter: bounded cleanup passes | |
+/// | `runlimit_carried_total` | counter: counters started from another's state ([`carry`](crate::carry)) | `policy`, `scope`, `from` |
 ///
 /// `outcome` is [`AdmissionOutcome::as_str`] (`allowed`, `quota_denied`,
 /// `shadow_denied`, `capacity_denied`, `failed`, `refunded`, …); `source`
@@ -128,5 +129,16 @@ impl Observer for MetricsObserver {
         gauge!("runlimit_storage_headroom", "shard" => shard.clone())
             .set(observation.headroom() as f64);
         gauge!("runlimit_storage_used", "shard" => shard).set(observation.used() as f64);
+    }
+
+    fn on_carry(&self, observation: &CarryObservation<'_>) {
+        let label = observation.policy();
+        counter!(
+            "runlimit_carried_total",
+            "policy" => label.policy.as_str().to_owned(),
+            "scope" => label.scope.as_str().to_owned(),
+            "from" => observation.from().as_str()
+        )
+        .increment(1);
     }
 }

@@ -3,8 +3,8 @@
 use ::tracing::{Level, event};
 
 use crate::observation::{
-    AdmissionObservation, AdmissionOutcome, CapacityObservation, CleanupObservation, Consumption,
-    Observer,
+    AdmissionObservation, AdmissionOutcome, CapacityObservation, CarryObservation,
+    CleanupObservation, Consumption, Observer,
 };
 
 /// Emits a `tracing` event (target `runlimit`) for every observation.
@@ -127,5 +127,17 @@ impl Observer for TracingObserver {
                 "rate limit storage"
             );
         }
+    }
+
+    fn on_carry(&self, observation: &CarryObservation<'_>) {
+        let label = observation.policy();
+        event!(
+            target: "runlimit",
+            Level::DEBUG,
+            policy = label.policy.as_str(),
+            scope = label.scope.as_str(),
+            from = observation.from().as_str(),
+            "rate limit counter carried"
+        );
     }
 }
