@@ -145,7 +145,8 @@ type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 fn replay(args: ReplayArgs) -> Result<()> {
     let policies = std::fs::read_to_string(&args.policies)
         .map_err(|error| format!("reading {}: {error}", args.policies.display()))?;
-    let set = PolicySet::from_toml(&policies)?;
+    let set = PolicySet::from_toml(&policies)
+        .map_err(|error| format!("{}: {error}", args.policies.display()))?;
     let subject = args
         .subject
         .with_prefixes(args.ipv4_prefix, args.ipv6_prefix)?;

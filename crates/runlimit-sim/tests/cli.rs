@@ -155,7 +155,7 @@ fn mistakes_are_refused_before_anything_is_replayed() {
     for (args, says) in [
         (
             &["replay", "-p", "bad.toml", "access.log"][..],
-            "invalid policy file",
+            "bad.toml: invalid [[policy]] at line 4",
         ),
         (
             &["replay", "-p", "policies.toml", "--batch", "access.log"],
@@ -208,4 +208,35 @@ fn mistakes_are_refused_before_anything_is_replayed() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn a_policy_error_names_the_file_and_its_own_table_line() {
+    let dir = scratch("policy_line");
+    let fourth = r#"
+[[policy]]
+algorithm = "gcra"
+id = "login.gcra.strict"
+scope = "ip"
+quota = 0
+period = { secs = 60, nanos = 0 }
+burst_capacity = 5
+"#;
+    let text = format!("{POLICIES}{fourth}");
+    let line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| *line == "[[policy]]")
+        .nth(3)
+        .map(|(index, _)| index + 1)
+        .expect("a fourth table");
+    std::fs::write(dir.join("four.toml"), text).expect("writable");
+    std::fs::write(dir.join("access.log"), "").expect("writable");
+    let output = sim(&["replay", "-p", "four.toml", "access.log"], &dir);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("four.toml: invalid [[policy]] at line {line}:")),
+        "{stderr}"
+    );
 }
