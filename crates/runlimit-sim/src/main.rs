@@ -101,7 +101,10 @@ struct ReplayArgs {
     /// Print the report as CSV, one row per policy.
     #[arg(long)]
     csv: bool,
-    /// Also draw admitted and denied per minute as an SVG file.
+    /// Also draw admitted and denied per minute as an SVG file. It is
+    /// written after the report is printed: if it cannot be written, the
+    /// report is still printed, the error names the file and the exit
+    /// status is 1.
     #[arg(long)]
     chart: Option<PathBuf>,
     /// Lines longer than this many bytes are skipped as malformed.
@@ -185,17 +188,22 @@ fn replay(args: ReplayArgs) -> Result<()> {
     progress.finish();
 
     let report = replay.report();
+    {
+        let mut out = io::stdout().lock();
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        } else if args.csv {
+            report.write_csv(&mut out)?;
+        } else {
+            write!(out, "{}", report.to_table())?;
+        }
+        out.flush()?;
+    }
+    // After the report, so that a chart that cannot be written costs the
+    // chart only; the run still fails, for scripts that expect the file.
     if let Some(path) = &args.chart {
         runlimit_sim::write_svg(&report, path)?;
-    }
-    let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else if args.csv {
-        report.write_csv(&mut out)?;
-    } else {
-        write!(out, "{}", report.to_table())?;
     }
     Ok(())
 }

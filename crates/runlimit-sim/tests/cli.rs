@@ -240,3 +240,48 @@ burst_capacity = 5
         "{stderr}"
     );
 }
+
+#[test]
+fn a_chart_that_cannot_be_written_names_its_path_after_the_report() {
+    let dir = scratch("chart_path");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    stdout(&sim(
+        &[
+            "generate",
+            "--minutes",
+            "2",
+            "--users",
+            "10",
+            "-o",
+            "access.log",
+        ],
+        &dir,
+    ));
+    let chart = dir.join("missing").join("dir").join("x.svg");
+    let chart = chart.to_str().expect("a UTF-8 path");
+    for (format, report_starts) in [
+        (None, "policy "),
+        (Some("--json"), "{"),
+        (Some("--csv"), "policy,"),
+    ] {
+        let mut args = vec![
+            "replay",
+            "-p",
+            "policies.toml",
+            "--chart",
+            chart,
+            "access.log",
+        ];
+        args.extend(format);
+        let output = sim(&args, &dir);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(chart), "{args:?}: {stderr}");
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            printed.lines().any(|line| line.starts_with(report_starts))
+                && printed.contains("login.gcra"),
+            "{args:?} printed no report: {printed}"
+        );
+    }
+}
