@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runlimit_core::{KeyHasher, MIN_SECRET_LEN};
 use runlimit_sim::{
     DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Mode, PolicySet, Reader, Replay,
-    ReplayOptions, StatusSet, SubjectSpec, TimeFormat,
+    ReplayOptions, SimulationError, StatusSet, SubjectSpec, TimeFormat,
 };
 
 #[derive(Parser)]
@@ -74,7 +74,9 @@ struct ReplayArgs {
     #[arg(long, default_value = "status")]
     status_field: String,
     /// Evaluate all policies as one atomic batch, as the admission layer
-    /// checks a route's policies, instead of each on its own.
+    /// checks a route's policies, instead of each on its own. The layer's
+    /// limiter holds one algorithm, so the policies must share one (and one
+    /// quota mode); to compare algorithms, replay without --batch.
     #[arg(long)]
     batch: bool,
     /// How many of the most denied subjects to list per policy (at most
@@ -171,7 +173,12 @@ fn replay(args: ReplayArgs) -> Result<()> {
     options.top = usize::from(args.top);
     options.max_backwards = Duration::from_secs(args.max_backwards);
     options.raw_subjects = args.raw_subjects;
-    let mut replay = Replay::new(&set, options)?;
+    let mut replay = Replay::new(&set, options).map_err(|error| match error {
+        SimulationError::MixedAlgorithms { .. } | SimulationError::MixedQuotaModes => {
+            format!("{error}; replay without --batch to evaluate each candidate on its own")
+        }
+        error => error.to_string(),
+    })?;
 
     let (input, length): (Box<dyn BufRead>, Option<u64>) = match &args.log {
         Some(path) if path.as_os_str() != "-" => {

@@ -159,7 +159,8 @@ fn mistakes_are_refused_before_anything_is_replayed() {
         ),
         (
             &["replay", "-p", "policies.toml", "--batch", "access.log"],
-            "one algorithm",
+            "`login.fixed` is fixed_window but `login.sliding` is sliding_window; \
+             batch only one algorithm's policies; replay without --batch",
         ),
         (
             &["replay", "-p", "policies.toml", "-s", "ip+", "access.log"],

@@ -488,9 +488,14 @@ fn decisions_do_not_depend_on_the_label_secret() {
 }
 
 #[test]
-fn the_readme_policy_file_is_valid() {
+fn the_readme_policy_files_are_valid_and_the_batch_shares_one_algorithm() {
     let set = PolicySet::from_toml(include_str!("../policies/login.toml")).expect("valid");
     let ids: Vec<&str> = set.candidates().iter().map(|c| c.id()).collect();
     assert_eq!(ids, ["login.fixed", "login.sliding", "login.gcra"]);
     assert_eq!(set.store_config().max_keys(), 100_000);
+
+    let route = PolicySet::from_toml(include_str!("../policies/login-route.toml")).expect("valid");
+    let mut options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+    options.mode = Mode::Batch;
+    Replay::new(&route, options).expect("one algorithm, so a valid batch");
 }
