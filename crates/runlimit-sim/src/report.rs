@@ -18,7 +18,8 @@ use crate::{
 pub struct Report {
     /// How candidates were evaluated.
     pub mode: Mode,
-    /// Lines read, malformed included.
+    /// Lines read: requests and malformed lines. Blank lines (empty, or
+    /// only spaces and tabs) are skipped and not counted.
     pub lines: u64,
     /// Requests replayed.
     pub requests: u64,

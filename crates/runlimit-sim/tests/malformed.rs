@@ -48,7 +48,7 @@ fn clf_lines_that_cannot_be_used_are_counted_by_number_and_reason() {
     agent[at] = 0xfe; // 6: invalid UTF-8 in the user agent is just bytes
     push(&agent);
     push(format!("{GOOD}{}", "x".repeat(100_000)).as_bytes()); // 7: huge
-    push(b""); // 8: empty
+    push(b"-"); // 8: a lone dash
     push(GOOD.as_bytes()); // 9
 
     let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
@@ -80,6 +80,37 @@ fn clf_lines_that_cannot_be_used_are_counted_by_number_and_reason() {
     // The report names lines, never their content.
     let json = serde_json::to_string(&report).expect("serializes");
     assert!(!json.contains("192.0.2"), "{json}");
+}
+
+#[test]
+fn blank_lines_are_skipped_in_every_format_and_keep_their_numbers() {
+    // Line 2 is a request, line 5 is malformed, lines 1, 3, 4 and 6 blank.
+    let around = |request: &str, bad: &str| format!("\n{request}\n\r\n \t\n{bad}\n\n");
+    let json = around(
+        r#"{"time":"2026-01-01T00:00:00Z","ip":"192.0.2.1"}"#,
+        r#"{"time":"2026-01-01T00:00:01Z"}"#,
+    );
+    let csv = format!(
+        "time,ip\n{}",
+        around("2026-01-01T00:00:00Z,192.0.2.1", "2026-01-01T00:00:01Z")
+    );
+    let clf = around(GOOD, &GOOD[..40]);
+    for (format, log, bad_line) in [
+        (Format::Json, json, 5),
+        (Format::Csv, csv, 6),
+        (Format::Clf, clf, 5),
+    ] {
+        let report = replay(
+            log.as_bytes(),
+            &InputSpec::new(format, SubjectSpec::client_address()),
+        );
+        assert_eq!(
+            (report.requests, report.malformed.count, report.lines),
+            (1, 1, 2),
+            "{format:?}"
+        );
+        assert_eq!(report.malformed.first[0].line, bad_line, "{format:?}");
+    }
 }
 
 #[test]
@@ -161,9 +192,19 @@ proptest! {
     #[test]
     fn no_input_panics_or_stops_a_run(lines in proptest::collection::vec(any_line(), 0..20)) {
         let log: Vec<u8> = lines.join(&b'\n');
-        // A line ends at a newline or at the end of a log that does not end with one.
-        let newlines = log.iter().filter(|&&b| b == b'\n').count() as u64;
-        let line_count = newlines + u64::from(log.last().is_some_and(|&b| b != b'\n'));
+        // A line ends at a newline or at the end of a log that does not end
+        // with one; blank lines (spaces and tabs at most) are skipped.
+        let mut segments: Vec<&[u8]> = log.split(|&b| b == b'\n').collect();
+        if log.last().is_none_or(|&b| b == b'\n') {
+            segments.pop();
+        }
+        let line_count = segments
+            .iter()
+            .filter(|line| {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                !line.iter().all(|&b| b == b' ' || b == b'\t')
+            })
+            .count() as u64;
         for format in [Format::Clf, Format::Json] {
             let report = replay(&log, &InputSpec::new(format, SubjectSpec::client_address()));
             prop_assert_eq!(report.requests + report.malformed.count, line_count);
