@@ -66,8 +66,9 @@ struct ReplayArgs {
     /// A field holding each request's cost in units (`-` and 0 cost nothing).
     #[arg(long)]
     cost_field: Option<String>,
-    /// Charge only requests with these statuses (such as `401,403` or
-    /// `4xx`); the others are only checked, as a layer charging by outcome.
+    /// Charge only requests with these statuses (such as `401,403`,
+    /// `400-499` or `4xx`, classes in either case); the others are only
+    /// checked, as a layer charging by outcome.
     #[arg(long)]
     charge_status: Option<StatusSet>,
     /// The field holding the status (JSON and CSV).

@@ -18,7 +18,7 @@ use crate::{
 /// (charge by outcome: count failed logins, not successful ones).
 ///
 /// Parsed from a comma-separated list of statuses (`401`), ranges
-/// (`400-499`) and classes (`4xx`).
+/// (`400-499`) and classes (`4xx`, in either case: `4XX`).
 ///
 /// ```
 /// use runlimit_sim::StatusSet;
@@ -26,6 +26,7 @@ use crate::{
 /// let failures: StatusSet = "401,403,5xx".parse()?;
 /// assert!(failures.contains(401) && failures.contains(503));
 /// assert!(!failures.contains(200));
+/// assert_eq!("4XX".parse::<StatusSet>()?, "4xx".parse()?);
 /// # Ok::<(), runlimit_sim::StatusSetError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +58,13 @@ impl FromStr for StatusSet {
         text.split(',')
             .map(str::trim)
             .map(|item| {
-                if let Some(class) = item.strip_suffix("xx") {
+                let class = item
+                    .len()
+                    .checked_sub(2)
+                    .and_then(|digit| item.split_at_checked(digit))
+                    .filter(|(_, xx)| xx.eq_ignore_ascii_case("xx"))
+                    .map(|(class, _)| class);
+                if let Some(class) = class {
                     let class = class
                         .parse::<u16>()
                         .ok()

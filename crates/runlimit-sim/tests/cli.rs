@@ -286,3 +286,43 @@ fn a_chart_that_cannot_be_written_names_its_path_after_the_report() {
         );
     }
 }
+
+#[test]
+fn status_classes_are_case_insensitive() {
+    let dir = scratch("status_case");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    stdout(&sim(
+        &[
+            "generate",
+            "--minutes",
+            "2",
+            "--users",
+            "20",
+            "-o",
+            "access.log",
+        ],
+        &dir,
+    ));
+    let charged = |class: &str| {
+        let json = stdout(&sim(
+            &[
+                "replay",
+                "-p",
+                "policies.toml",
+                "--json",
+                "--charge-status",
+                class,
+                "access.log",
+            ],
+            &dir,
+        ));
+        serde_json::from_str::<serde_json::Value>(&json).expect("JSON report")
+    };
+    let lower = charged("4xx");
+    assert!(
+        lower["uncharged"].as_u64().expect("a count") > 0,
+        "the filter leaves some requests uncharged"
+    );
+    assert_eq!(charged("4XX"), lower);
+    assert_eq!(charged("4Xx, 402-403"), lower);
+}
