@@ -94,8 +94,11 @@ struct ReplayArgs {
     #[arg(long)]
     raw_subjects: bool,
     /// A file holding the secret (at least 32 bytes) labels are keyed with;
-    /// the same secret gives the same labels across runs. Default: the
-    /// `RUNLIMIT_SIM_KEY_SECRET` variable, else a random secret per run.
+    /// the same secret gives the same labels across runs. One trailing
+    /// newline (`\n` or `\r\n`) is not part of the secret, so a file
+    /// written by `echo` or an editor keys as the same secret without it.
+    /// Default: the `RUNLIMIT_SIM_KEY_SECRET` variable, else a random secret
+    /// per run.
     #[arg(long)]
     key_secret_file: Option<PathBuf>,
     /// Print the report as JSON.
@@ -219,7 +222,15 @@ fn replay(args: ReplayArgs) -> Result<()> {
 fn key_hasher(file: Option<&PathBuf>) -> Result<KeyHasher> {
     let secret = match file {
         Some(path) => {
-            std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))?
+            let mut secret = std::fs::read(path)
+                .map_err(|error| format!("reading {}: {error}", path.display()))?;
+            if secret.last() == Some(&b'\n') {
+                secret.pop();
+                if secret.last() == Some(&b'\r') {
+                    secret.pop();
+                }
+            }
+            secret
         }
         None => match std::env::var_os("RUNLIMIT_SIM_KEY_SECRET") {
             Some(secret) => secret.into_encoded_bytes(),

@@ -326,3 +326,52 @@ fn status_classes_are_case_insensitive() {
     assert_eq!(charged("4XX"), lower);
     assert_eq!(charged("4Xx, 402-403"), lower);
 }
+
+#[test]
+fn a_secret_file_keys_the_same_labels_with_or_without_its_trailing_newline() {
+    let dir = scratch("secret_newline");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    stdout(&sim(
+        &[
+            "generate",
+            "--minutes",
+            "20",
+            "--users",
+            "20",
+            "-o",
+            "access.log",
+        ],
+        &dir,
+    ));
+    let secret = "a label secret of at least thirty-two bytes";
+    let labels = |file: &str, contents: &str| {
+        std::fs::write(dir.join(file), contents).expect("writable");
+        let json = stdout(&sim(
+            &[
+                "replay",
+                "-p",
+                "policies.toml",
+                "--json",
+                "--key-secret-file",
+                file,
+                "access.log",
+            ],
+            &dir,
+        ));
+        let report: serde_json::Value = serde_json::from_str(&json).expect("JSON report");
+        let labels: Vec<String> = report["rows"][0]["top_denied"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|top| top["subject"].as_str().expect("a label").to_owned())
+            .collect();
+        assert!(!labels.is_empty(), "the log has denied subjects");
+        labels
+    };
+    let bare = labels("bare", secret);
+    assert_eq!(labels("lf", &format!("{secret}\n")), bare);
+    assert_eq!(labels("crlf", &format!("{secret}\r\n")), bare);
+    // The file is what keys the labels, and only one newline is trimmed.
+    assert_ne!(labels("other", &format!("{secret}!")), bare);
+    assert_ne!(labels("two", &format!("{secret}\n\n")), bare);
+}
