@@ -116,6 +116,20 @@ struct ReplayArgs {
     /// Lines longer than this many bytes are skipped as malformed.
     #[arg(long, default_value_t = DEFAULT_MAX_LINE_LEN)]
     max_line_len: usize,
+    /// How many malformed lines to list by number and reason (the first
+    /// ones), or `all`; the others are only counted. Every listed line is
+    /// held in memory until the report.
+    #[arg(long, value_name = "N|all", default_value = "10", value_parser = listed_lines)]
+    malformed_lines: usize,
+}
+
+/// `all`, or a number of lines.
+fn listed_lines(text: &str) -> Result<usize, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(usize::MAX);
+    }
+    text.parse()
+        .map_err(|_| format!("`{text}` is neither a number of lines nor `all`"))
 }
 
 #[derive(Args)]
@@ -177,6 +191,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     options.top = usize::from(args.top);
     options.max_backwards = Duration::from_secs(args.max_backwards);
     options.raw_subjects = args.raw_subjects;
+    options.malformed_listed = args.malformed_lines;
     let mut replay = Replay::new(&set, options).map_err(|error| match error {
         SimulationError::MixedAlgorithms { .. } | SimulationError::MixedQuotaModes => {
             format!("{error}; replay without --batch to evaluate each candidate on its own")
@@ -199,6 +214,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
     progress.finish();
 
     let report = replay.report();
+    let unlisted = report.malformed.count - report.malformed.first.len() as u64;
+    if unlisted > 0 {
+        eprintln!(
+            "runlimit-sim: {} not listed; --malformed-lines N or all lists more",
+            count(unlisted, "more malformed line", "more malformed lines")
+        );
+    }
     {
         let mut out = io::stdout().lock();
         if args.json {
@@ -299,6 +321,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         Some(path) => runlimit_sim::generate(File::create(path)?, &options)?,
         None => runlimit_sim::generate(io::stdout().lock(), &options)?,
     };
-    eprintln!("runlimit-sim: wrote {lines} lines");
+    eprintln!("runlimit-sim: wrote {}", count(lines, "line", "lines"));
     Ok(())
+}
+
+/// `1 line`, `2 lines`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

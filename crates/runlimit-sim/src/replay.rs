@@ -105,6 +105,11 @@ pub struct ReplayOptions {
     pub max_backwards: Duration,
     /// Show subjects as written instead of by their keyed label.
     pub raw_subjects: bool,
+    /// How many malformed lines the report lists by number (the first
+    /// ones); the others are only counted. Each listed line is kept until
+    /// the report, so `usize::MAX` (every one) costs memory in proportion
+    /// to the malformed lines.
+    pub malformed_listed: usize,
     /// The secret subjects are keyed with. A report's labels are stable for
     /// one secret; the decisions do not depend on it.
     pub hasher: KeyHasher,
@@ -112,7 +117,7 @@ pub struct ReplayOptions {
 
 impl ReplayOptions {
     /// Independent candidates, every request charged, ten top subjects,
-    /// keyed labels.
+    /// keyed labels, the first [`MALFORMED_LISTED`] malformed lines listed.
     #[must_use]
     pub fn new(hasher: KeyHasher) -> Self {
         Self {
@@ -121,6 +126,7 @@ impl ReplayOptions {
             top: 10,
             max_backwards: Duration::from_secs(60),
             raw_subjects: false,
+            malformed_listed: MALFORMED_LISTED,
             hasher,
         }
     }
@@ -142,7 +148,8 @@ pub enum ReplayError {
 /// holds 64 times as many.
 pub const MAX_TOP: usize = 1_000;
 
-/// How many malformed lines a report lists by number.
+/// How many malformed lines a report lists by number unless
+/// [`ReplayOptions::malformed_listed`] says otherwise.
 pub const MALFORMED_LISTED: usize = 10;
 
 /// Distinct subjects counted exactly before estimating.
@@ -214,7 +221,7 @@ impl Replay {
             keys: store_key_hasher().prepared_for(&subject_policy),
             labels: options.hasher.prepared_for(&subject_policy),
             subject_policy,
-            input: report::InputTally::new(EXACT_SUBJECTS),
+            input: report::InputTally::new(EXACT_SUBJECTS, options.malformed_listed),
             rows: (0..rows)
                 .map(|_| Tally {
                     requests: 0,

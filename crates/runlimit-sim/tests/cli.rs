@@ -375,3 +375,79 @@ fn a_secret_file_keys_the_same_labels_with_or_without_its_trailing_newline() {
     assert_ne!(labels("other", &format!("{secret}!")), bare);
     assert_ne!(labels("two", &format!("{secret}\n\n")), bare);
 }
+
+#[test]
+fn more_malformed_lines_can_be_listed_than_the_first_ten() {
+    let dir = scratch("malformed_lines");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    // A good line, then 25 truncated ones (lines 2 to 26), then a good one.
+    let good = r#"192.0.2.1 - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 10"#;
+    let mut log = format!("{good}\n");
+    for _ in 0..25 {
+        log.push_str(&good[..30]);
+        log.push('\n');
+    }
+    log.push_str(good);
+    std::fs::write(dir.join("access.log"), log).expect("writable");
+    let listed = |extra: &[&str]| {
+        let mut args = vec!["replay", "-p", "policies.toml", "--json", "access.log"];
+        args.extend(extra);
+        let output = sim(&args, &dir);
+        let report: serde_json::Value =
+            serde_json::from_str(&stdout(&output)).expect("JSON report");
+        assert_eq!(report["malformed"]["count"], 25);
+        let lines: Vec<u64> = report["malformed"]["first"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|line| line["line"].as_u64().expect("a number"))
+            .collect();
+        (lines, String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (lines, stderr) = listed(&[]);
+    assert_eq!(lines, (2..=11).collect::<Vec<_>>());
+    assert!(
+        stderr.contains("15 more malformed lines not listed; --malformed-lines"),
+        "{stderr}"
+    );
+    let (lines, stderr) = listed(&["--malformed-lines", "all"]);
+    assert_eq!(lines, (2..=26).collect::<Vec<_>>());
+    assert!(!stderr.contains("not listed"), "{stderr}");
+    assert_eq!(listed(&["--malformed-lines", "20"]).0.len(), 20);
+    assert_eq!(listed(&["--malformed-lines", "0"]).0.len(), 0);
+
+    let table = stdout(&sim(
+        &[
+            "replay",
+            "-p",
+            "policies.toml",
+            "--malformed-lines",
+            "3",
+            "access.log",
+        ],
+        &dir,
+    ));
+    assert!(
+        table.contains(
+            "malformed lines skipped: 25 not in the log format; the first 3 of 25: \
+             line 2 (not in the log format), line 3 (not in the log format), \
+             line 4 (not in the log format)"
+        ),
+        "{table}"
+    );
+    let refused = sim(
+        &[
+            "replay",
+            "-p",
+            "policies.toml",
+            "--malformed-lines",
+            "some",
+            "access.log",
+        ],
+        &dir,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("neither a number of lines nor `all`")
+    );
+}
