@@ -101,8 +101,8 @@ pub use input::{
 };
 pub use policies::{Candidate, DEFAULT_MAX_KEYS, PolicySet, PolicySetError};
 pub use replay::{
-    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, Replay, ReplayError, ReplayOptions, StatusSet,
-    StatusSetError,
+    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, NothingReplayed, Replay, ReplayError,
+    ReplayOptions, StatusSet, StatusSetError,
 };
 pub use report::{MalformedLine, MalformedSummary, Quantiles, Report, Row, TopSubject};
 pub use subject::{SubjectPart, SubjectSpec, SubjectSpecError};

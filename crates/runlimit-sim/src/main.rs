@@ -13,8 +13,8 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runlimit_core::{KeyHasher, MIN_SECRET_LEN};
 use runlimit_sim::{
-    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Mode, PolicySet, Reader, Replay,
-    ReplayOptions, SimulationError, StatusSet, SubjectSpec, TimeFormat,
+    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Malformed, Mode, PolicySet, Reader,
+    Replay, ReplayOptions, SimulationError, StatusSet, SubjectSpec, TimeFormat,
 };
 
 #[derive(Parser)]
@@ -47,8 +47,10 @@ struct ReplayArgs {
     /// The log's format.
     #[arg(long, short, value_enum, default_value_t = Format::Clf)]
     format: Format,
-    /// Who requests count against: `ip`, `ip:FIELD`, a field name, or parts
-    /// joined by `+` (such as `ip+path`).
+    /// Who requests count against: `ip` (the client address: CLF's host
+    /// field, the field `ip` in JSON and CSV), `ip:FIELD` (the address in
+    /// another field, such as `ip:client_ip`), a field name, or parts joined
+    /// by `+` (such as `ip+path`).
     #[arg(long, short, default_value = "ip")]
     subject: SubjectSpec,
     /// The network prefix IPv4 clients are grouped by.
@@ -212,6 +214,16 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let progress = Progress::new(length);
     replay.run(&mut reader, |consumed| progress.update(consumed))?;
     progress.finish();
+    replay.require_requests(&spec).map_err(|nothing| {
+        let mut message = nothing.to_string();
+        for (why, _) in nothing.reasons() {
+            if let Some(hint) = hint(why) {
+                message.push_str("\n  ");
+                message.push_str(hint);
+            }
+        }
+        message
+    })?;
 
     let report = replay.report();
     let unlisted = report.malformed.count - report.malformed.first.len() as u64;
@@ -239,6 +251,24 @@ fn replay(args: ReplayArgs) -> Result<()> {
         runlimit_sim::write_svg(&report, path)?;
     }
     Ok(())
+}
+
+/// Which option reads the field a line was skipped for.
+fn hint(why: Malformed) -> Option<&'static str> {
+    Some(match why {
+        Malformed::Syntax => "--format names the log's format (clf, json or csv)",
+        Malformed::MissingAddress => {
+            "JSON and CSV read the client address from the field `ip`; \
+             --subject ip:FIELD names another"
+        }
+        Malformed::MissingSubject => "--subject names the fields a subject is made of",
+        Malformed::MissingTime | Malformed::BadTime => {
+            "--time-field and --time-format say where and how the time is written"
+        }
+        Malformed::BadStatus => "--status-field names the field holding the status",
+        Malformed::BadCost => "--cost-field names the field holding the cost",
+        _ => return None,
+    })
 }
 
 fn key_hasher(file: Option<&PathBuf>) -> Result<KeyHasher> {

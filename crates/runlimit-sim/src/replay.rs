@@ -8,7 +8,7 @@ use runlimit_core::{
 
 use crate::{
     engine::{Mode, Refusal, Simulation, SimulationError, Verdict},
-    input::{InputError, Malformed, Reader, Request},
+    input::{InputError, InputSpec, Malformed, Reader, Request},
     policies::PolicySet,
     report::{self, Report},
     sketch::{Distinct, TopDenied},
@@ -142,6 +142,65 @@ pub enum ReplayError {
     /// The simulation failed.
     #[error(transparent)]
     Simulation(#[from] SimulationError),
+}
+
+/// No line of a log could be replayed: it held none, or every line was
+/// malformed. A report of nothing would read as "no one refused".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct NothingReplayed {
+    lines: u64,
+    reasons: Vec<SkipReason>,
+}
+
+/// Why lines were skipped: the reason, how many lines, and the fields it
+/// concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SkipReason {
+    why: Malformed,
+    lines: u64,
+    fields: Vec<String>,
+}
+
+impl NothingReplayed {
+    /// The lines read, all of them malformed; zero for a log of none (or
+    /// only blank lines).
+    #[must_use]
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Why the lines were skipped, with how many lines each, most first.
+    pub fn reasons(&self) -> impl Iterator<Item = (Malformed, u64)> + '_ {
+        self.reasons.iter().map(|reason| (reason.why, reason.lines))
+    }
+
+    fn describe(&self) -> String {
+        if self.lines == 0 {
+            return "nothing to replay: the log has no lines (blank lines are skipped)".to_owned();
+        }
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|reason| {
+                let fields = match reason.fields.as_slice() {
+                    [] => String::new(),
+                    [field] => format!(" (field `{field}`)"),
+                    fields => format!(" (fields `{}`)", fields.join("`, `")),
+                };
+                format!("{} {}{fields}", reason.lines, reason.why)
+            })
+            .collect();
+        let lines = if self.lines == 1 {
+            "one line is".to_owned()
+        } else {
+            format!("{} lines are all", self.lines)
+        };
+        format!(
+            "nothing to replay: the log's {lines} malformed: {}",
+            reasons.join(", ")
+        )
+    }
 }
 
 /// The most subjects a row lists as most denied: the table behind them
@@ -378,6 +437,35 @@ impl Replay {
         }
         progress(reader.consumed());
         Ok(())
+    }
+
+    /// Checks that at least one request was replayed, so that a log the
+    /// input specification `spec` does not fit (a JSON log without the
+    /// address field, say) is not mistaken for one that nobody would be
+    /// refused on.
+    ///
+    /// # Errors
+    ///
+    /// [`NothingReplayed`] when no request was replayed: it counts the lines
+    /// and says why they were skipped, naming the fields (from `spec`).
+    pub fn require_requests(&self, spec: &InputSpec) -> Result<(), NothingReplayed> {
+        if self.input.requests() > 0 {
+            return Ok(());
+        }
+        let mut reasons: Vec<SkipReason> = self
+            .input
+            .reasons()
+            .map(|(why, lines)| SkipReason {
+                why,
+                lines,
+                fields: spec.fields_of(why).into_iter().map(str::to_owned).collect(),
+            })
+            .collect();
+        reasons.sort_by_key(|reason| std::cmp::Reverse(reason.lines));
+        Err(NothingReplayed {
+            lines: reasons.iter().map(|reason| reason.lines).sum(),
+            reasons,
+        })
     }
 
     /// The report so far.

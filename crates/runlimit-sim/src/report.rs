@@ -165,6 +165,11 @@ impl InputTally {
         self.requests
     }
 
+    /// Lines skipped per reason.
+    pub(crate) fn reasons(&self) -> impl Iterator<Item = (Malformed, u64)> + '_ {
+        self.reasons.iter().map(|(&why, &lines)| (why, lines))
+    }
+
     pub(crate) fn request(&mut self, at: i64, subject: u64, charged: bool) {
         self.requests += 1;
         self.uncharged += u64::from(!charged);

@@ -451,3 +451,71 @@ fn more_malformed_lines_can_be_listed_than_the_first_ten() {
         String::from_utf8_lossy(&refused.stderr).contains("neither a number of lines nor `all`")
     );
 }
+
+#[test]
+fn a_log_with_no_usable_line_fails_and_says_why() {
+    let dir = scratch("nothing_replayed");
+    std::fs::write(dir.join("policies.toml"), POLICIES).expect("writable");
+    let json = r#"{"time":"2026-01-01T00:00:00Z","client_ip":"192.0.2.1"}
+{"time":"2026-01-01T00:00:01Z","client_ip":"192.0.2.1"}
+
+{"time":"2026-01-01T00:00:02Z","client_ip":"192.0.2.1"}
+"#;
+    std::fs::write(dir.join("access.jsonl"), json).expect("writable");
+    std::fs::write(
+        dir.join("truncated.log"),
+        "192.0.2.1 - - [01/Jan\n192.0.2.1 -\n",
+    )
+    .expect("writable");
+    std::fs::write(dir.join("blank.log"), "\n\n").expect("writable");
+    for (args, says) in [
+        (
+            &["-f", "json", "access.jsonl"][..],
+            "the log's 3 lines are all malformed: 3 no client address (field `ip`)\n  \
+             JSON and CSV read the client address from the field `ip`; \
+             --subject ip:FIELD names another",
+        ),
+        (
+            &["truncated.log"],
+            "the log's 2 lines are all malformed: 2 not in the log format",
+        ),
+        (&["blank.log"], "nothing to replay: the log has no lines"),
+    ] {
+        let output = sim(&[&["replay", "-p", "policies.toml"], args].concat(), &dir);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(output.stdout.is_empty(), "{args:?} printed a report");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // Named as --help says, the same log replays.
+    let table = stdout(&sim(
+        &[
+            "replay",
+            "-p",
+            "policies.toml",
+            "-f",
+            "json",
+            "--subject",
+            "ip:client_ip",
+            "access.jsonl",
+        ],
+        &dir,
+    ));
+    assert!(table.starts_with("3 requests from 1 subject"), "{table}");
+
+    let help = stdout(&sim(&["replay", "--help"], &dir));
+    for documented in [
+        "the field `ip` in JSON and CSV",
+        "`ip:FIELD`",
+        "--malformed-lines <N|all>",
+        "the policies must share one",
+        "the report is still printed",
+        "trailing newline",
+        "classes in either case",
+    ] {
+        assert!(
+            help.contains(documented),
+            "--help lacks {documented:?}:\n{help}"
+        );
+    }
+}

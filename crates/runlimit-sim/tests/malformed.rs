@@ -4,7 +4,8 @@
 use proptest::prelude::*;
 use runlimit_core::KeyHasher;
 use runlimit_sim::{
-    Format, InputSpec, Malformed, PolicySet, Reader, Replay, ReplayOptions, SubjectSpec,
+    Format, InputSpec, Malformed, NothingReplayed, PolicySet, Reader, Replay, ReplayOptions,
+    SubjectSpec,
 };
 
 const POLICY: &str = r#"
@@ -16,7 +17,7 @@ const POLICY: &str = r#"
     window = { secs = 60, nanos = 0 }
 "#;
 
-fn replay(log: &[u8], spec: &InputSpec) -> runlimit_sim::Report {
+fn run(log: &[u8], spec: &InputSpec) -> Replay {
     let set = PolicySet::from_toml(POLICY).expect("valid policies");
     let hasher = KeyHasher::new(b"malformed tests secret, 32 bytes+").expect("a long secret");
     let mut replay = Replay::new(&set, ReplayOptions::new(hasher)).expect("a valid simulation");
@@ -24,7 +25,17 @@ fn replay(log: &[u8], spec: &InputSpec) -> runlimit_sim::Report {
     replay
         .run(&mut reader, |_| {})
         .expect("malformed lines do not stop a run");
-    replay.report()
+    replay
+}
+
+fn replay(log: &[u8], spec: &InputSpec) -> runlimit_sim::Report {
+    run(log, spec).report()
+}
+
+fn nothing_replayed(log: &[u8], spec: &InputSpec) -> NothingReplayed {
+    run(log, spec)
+        .require_requests(spec)
+        .expect_err("no line can be replayed")
 }
 
 const GOOD: &str = r#"192.0.2.1 - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 10 "-" "ua""#;
@@ -138,7 +149,7 @@ fn json_and_csv_skip_what_they_cannot_read() {
             "not in the log format",
             "not in the log format",
             "unreadable time",
-            "no subject",
+            "no client address",
             "not in the log format"
         ]
     );
@@ -171,6 +182,54 @@ fn json_and_csv_skip_what_they_cannot_read() {
     let report = replay(json, &spec);
     assert_eq!((report.requests, report.uncharged), (1, 0));
     assert_eq!(report.malformed.first[0].reason, "no valid cost");
+}
+
+#[test]
+fn a_log_with_no_usable_line_says_which_fields_its_lines_lack() {
+    let json = InputSpec::new(Format::Json, SubjectSpec::client_address());
+    let lacking_ip = b"{\"time\":\"2026-01-01T00:00:00Z\",\"client\":\"192.0.2.1\"}\n\
+                       {\"time\":\"2026-01-01T00:00:01Z\",\"client\":\"192.0.2.1\"}\n\
+                       \n\
+                       {\"time\":\"yesterday\",\"ip\":\"192.0.2.1\"}\n";
+    let nothing = nothing_replayed(lacking_ip, &json);
+    assert_eq!(nothing.lines(), 3, "the blank line is not counted");
+    assert_eq!(
+        nothing.reasons().collect::<Vec<_>>(),
+        [(Malformed::MissingAddress, 2), (Malformed::BadTime, 1)]
+    );
+    assert_eq!(
+        nothing.to_string(),
+        "nothing to replay: the log's 3 lines are all malformed: \
+         2 no client address (field `ip`), 1 unreadable time (field `time`)"
+    );
+
+    // The fields named are the run's own.
+    let mut named: InputSpec = json.clone();
+    named.subject = "ip:client+user".parse().expect("a subject");
+    named.time_field = Some("ts".to_owned());
+    let nothing = nothing_replayed(b"{\"ts\":1767225600,\"client\":\"192.0.2.1\"}", &named);
+    assert_eq!(
+        nothing.to_string(),
+        "nothing to replay: the log's one line is malformed: 1 no subject field (field `user`)"
+    );
+    assert_eq!(named.fields_of(Malformed::MissingAddress), ["client"]);
+    assert_eq!(named.fields_of(Malformed::BadTime), ["ts"]);
+    assert!(named.fields_of(Malformed::Syntax).is_empty());
+
+    let clf = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+    let nothing = nothing_replayed(b"\n  \n", &clf);
+    assert_eq!((nothing.lines(), nothing.reasons().count()), (0, 0));
+    assert!(nothing.to_string().contains("no lines"), "{nothing}");
+    let nothing = nothing_replayed(GOOD[..30].as_bytes(), &clf);
+    assert_eq!(
+        nothing.reasons().collect::<Vec<_>>(),
+        [(Malformed::Syntax, 1)]
+    );
+
+    // One usable line is enough.
+    run(GOOD.as_bytes(), &clf)
+        .require_requests(&clf)
+        .expect("a request was replayed");
 }
 
 fn any_line() -> impl Strategy<Value = Vec<u8>> {
