@@ -337,8 +337,11 @@ impl Report {
         let approx = if self.subjects_exact { "" } else { "≈" };
         let _ = writeln!(
             out,
-            "{} requests from {approx}{} subjects{span}; {} uncharged; {} malformed lines",
-            self.requests, self.subjects, self.uncharged, self.malformed.count
+            "{} from {approx}{}{span}; {} uncharged; {}",
+            count(self.requests, "request", "requests"),
+            count(self.subjects, "subject", "subjects"),
+            self.uncharged,
+            count(self.malformed.count, "malformed line", "malformed lines"),
         );
         let header = [
             "policy",
@@ -531,6 +534,11 @@ impl Report {
         }
         writer.flush()
     }
+}
+
+/// `1 request`, `2 requests`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[allow(clippy::cast_precision_loss)]

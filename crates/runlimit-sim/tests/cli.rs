@@ -501,7 +501,7 @@ fn a_log_with_no_usable_line_fails_and_says_why() {
         ],
         &dir,
     ));
-    assert!(table.starts_with("3 requests from 1 subject"), "{table}");
+    assert!(table.starts_with("3 requests from 1 subject, "), "{table}");
 
     let help = stdout(&sim(&["replay", "--help"], &dir));
     for documented in [

@@ -499,3 +499,39 @@ fn the_readme_policy_files_are_valid_and_the_batch_shares_one_algorithm() {
     options.mode = Mode::Batch;
     Replay::new(&route, options).expect("one algorithm, so a valid batch");
 }
+
+#[test]
+fn the_table_counts_in_singular_and_plural() {
+    let policy = r#"
+        [[policy]]
+        algorithm = "fixed_window"
+        id = "one"
+        scope = "ip"
+        limit = 1
+        window = { secs = 60, nanos = 0 }
+    "#;
+    let first_line = |log: &str| {
+        let set = PolicySet::from_toml(policy).expect("valid policies");
+        let options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+        let mut replay = Replay::new(&set, options).expect("a valid simulation");
+        let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+        let mut reader = Reader::new(log.as_bytes(), &spec).expect("a readable log");
+        replay.run(&mut reader, |_| {}).expect("runs");
+        let table = replay.report().to_table();
+        table.lines().next().expect("a summary line").to_owned()
+    };
+    assert_eq!(
+        first_line(&format!("{}-\n", line("192.0.2.1", 0, 401))),
+        "1 request from 1 subject, 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z; \
+         0 uncharged; 1 malformed line"
+    );
+    assert_eq!(
+        first_line(&format!(
+            "{}{}-\n-\n",
+            line("192.0.2.1", 0, 401),
+            line("192.0.2.2", 1, 401)
+        )),
+        "2 requests from 2 subjects, 2026-01-01T00:00:00Z to 2026-01-01T00:00:01Z; \
+         0 uncharged; 2 malformed lines"
+    );
+}
