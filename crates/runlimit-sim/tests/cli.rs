@@ -519,3 +519,77 @@ fn a_log_with_no_usable_line_fails_and_says_why() {
         );
     }
 }
+
+/// Runs the commands of `readme`'s `sh` blocks that start with `prefix`, as
+/// written, in `dir`, and checks each `text` block against the start of the
+/// output of the command before it, up to an elision (`…`) or the labels of
+/// the most denied (keyed by each run's own secret). Returns the commands
+/// run and the blocks checked.
+fn run_documented(readme: &str, prefix: &str, dir: &Path) -> (Vec<String>, usize) {
+    let (mut commands, mut checked) = (Vec::new(), 0);
+    let mut output = String::new();
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let block: Vec<&str> = match line {
+            "```sh" | "```text" => lines.by_ref().take_while(|l| *l != "```").collect(),
+            _ => continue,
+        };
+        if line == "```sh" {
+            for command in block.iter().filter_map(|l| l.strip_prefix(prefix)) {
+                let args: Vec<&str> = command.split_whitespace().collect();
+                output = stdout(&sim(&args, dir));
+                commands.push(command.to_owned());
+            }
+        } else {
+            let mut shown: Vec<&str> = block
+                .iter()
+                .copied()
+                .take_while(|l| *l != "…" && !l.starts_with("most denied"))
+                .collect();
+            while shown.last() == Some(&"") {
+                shown.pop();
+            }
+            let printed: Vec<&str> = output.lines().take(shown.len()).collect();
+            assert_eq!(printed, shown, "the README shows other output");
+            checked += 1;
+        }
+    }
+    (commands, checked)
+}
+
+fn copy_policies(to: &Path) {
+    std::fs::create_dir_all(to).expect("a policies directory");
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for entry in std::fs::read_dir(from).expect("the policy files") {
+        let path = entry.expect("an entry").path();
+        std::fs::copy(&path, to.join(path.file_name().expect("a file name"))).expect("copied");
+    }
+}
+
+#[test]
+fn the_readme_commands_run_as_written_and_print_what_it_shows() {
+    let dir = scratch("readme");
+    copy_policies(&dir.join("crates/runlimit-sim/policies"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let readme = std::fs::read_to_string(root).expect("the README");
+    let section = readme
+        .split("\n## ")
+        .find(|section| section.starts_with("Knowing what a policy will do"))
+        .expect("the simulator's section");
+    let (commands, checked) =
+        run_documented(section, "cargo run --release -p runlimit-sim -- ", &dir);
+    assert!(commands.len() >= 3 && checked >= 2, "{commands:?}");
+    assert!(
+        commands.iter().any(|c| c.starts_with("replay --batch")),
+        "{commands:?}"
+    );
+
+    let dir = scratch("crate_readme");
+    copy_policies(&dir.join("policies"));
+    let readme = include_str!("../README.md");
+    let (commands, _) = run_documented(readme, "runlimit-sim ", &dir);
+    assert!(
+        commands.iter().any(|c| c.contains("--batch")),
+        "{commands:?}"
+    );
+}
