@@ -220,7 +220,7 @@ fn a_log_with_no_usable_line_says_which_fields_its_lines_lack() {
     let nothing = nothing_replayed(b"\n  \n", &clf);
     assert_eq!((nothing.lines(), nothing.reasons().count()), (0, 0));
     assert!(nothing.to_string().contains("no lines"), "{nothing}");
-    let nothing = nothing_replayed(GOOD[..30].as_bytes(), &clf);
+    let nothing = nothing_replayed(&GOOD.as_bytes()[..30], &clf);
     assert_eq!(
         nothing.reasons().collect::<Vec<_>>(),
         [(Malformed::Syntax, 1)]
