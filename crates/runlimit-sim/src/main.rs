@@ -217,7 +217,8 @@ fn replay(args: ReplayArgs) -> Result<()> {
     replay.require_requests(&spec).map_err(|nothing| {
         let mut message = nothing.to_string();
         for (why, _) in nothing.reasons() {
-            if let Some(hint) = hint(why) {
+            // Two reasons (no time, unreadable time) may share a hint.
+            if let Some(hint) = hint(why).filter(|hint| !message.contains(hint)) {
                 message.push_str("\n  ");
                 message.push_str(hint);
             }
@@ -258,8 +259,8 @@ fn hint(why: Malformed) -> Option<&'static str> {
     Some(match why {
         Malformed::Syntax => "--format names the log's format (clf, json or csv)",
         Malformed::MissingAddress => {
-            "JSON and CSV read the client address from the field `ip`; \
-             --subject ip:FIELD names another"
+            "--subject ip:FIELD names the field holding the client address \
+             (JSON and CSV read `ip` unless told otherwise)"
         }
         Malformed::MissingSubject => "--subject names the fields a subject is made of",
         Malformed::MissingTime | Malformed::BadTime => {

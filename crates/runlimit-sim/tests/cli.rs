@@ -472,8 +472,7 @@ fn a_log_with_no_usable_line_fails_and_says_why() {
         (
             &["-f", "json", "access.jsonl"][..],
             "the log's 3 lines are all malformed: 3 no client address (field `ip`)\n  \
-             JSON and CSV read the client address from the field `ip`; \
-             --subject ip:FIELD names another",
+             --subject ip:FIELD names the field holding the client address",
         ),
         (
             &["truncated.log"],
