@@ -1,16 +1,31 @@
 //! An SVG chart of admitted and denied requests per minute, one line per
 //! candidate.
 
-use std::path::Path;
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
 
 use plotters::prelude::*;
 
 use crate::report::Report;
 
-/// Why a chart could not be drawn.
+/// Why a chart could not be drawn or written.
 #[derive(Debug, thiserror::Error)]
-#[error("drawing the chart failed: {0}")]
-pub struct ChartError(String);
+#[non_exhaustive]
+pub enum ChartError {
+    /// Drawing the chart failed.
+    #[error("drawing the chart failed: {0}")]
+    Draw(String),
+    /// The chart could not be written to its file.
+    #[error("writing the chart to {}: {source}", path.display())]
+    Write {
+        /// The file the chart was to be written to.
+        path: PathBuf,
+        /// Why writing failed.
+        source: io::Error,
+    },
+}
 
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -28,12 +43,18 @@ const PALETTE: [RGBColor; 8] = [
 ///
 /// # Errors
 ///
-/// [`ChartError`] when the file cannot be written.
+/// [`ChartError::Write`], naming `path`, when the file cannot be written;
+/// [`ChartError::Draw`] if drawing fails.
 pub fn write_svg(report: &Report, path: &Path) -> Result<(), ChartError> {
-    draw(report, path).map_err(|error| ChartError(error.to_string()))
+    let mut svg = String::new();
+    draw(report, &mut svg).map_err(|error| ChartError::Draw(error.to_string()))?;
+    std::fs::write(path, svg).map_err(|source| ChartError::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
-fn draw(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+fn draw(report: &Report, svg: &mut String) -> Result<(), Box<dyn std::error::Error>> {
     let minutes = report
         .rows
         .iter()
@@ -41,7 +62,8 @@ fn draw(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
         .max()
         .unwrap_or(0)
         .max(1);
-    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
+    // Drawn into memory, so that a file error is an `io::Error` naming it.
+    let root = SVGBackend::with_string(svg, (1000, 700)).into_drawing_area();
     root.fill(&WHITE)?;
     let panels = root.split_evenly((2, 1));
     for (panel, (title, pick)) in panels.iter().zip([

@@ -92,13 +92,18 @@ impl Verdict {
 pub enum SimulationError {
     /// Batch mode over candidates of different algorithms.
     #[error(
-        "batch mode needs candidates of one algorithm, as the layer's one limiter; \
-         found {first} and {other}"
+        "batch mode needs candidates of one algorithm, as the admission layer's one \
+         limiter holds: `{first_policy}` is {first} but `{other_policy}` is {other}; \
+         batch only one algorithm's policies"
     )]
     MixedAlgorithms {
+        /// The first candidate's id.
+        first_policy: String,
         /// The first candidate's algorithm.
         first: &'static str,
-        /// Another algorithm in the set.
+        /// The id of the first candidate of another algorithm.
+        other_policy: String,
+        /// Its algorithm.
         other: &'static str,
     },
     /// Batch mode over enforced and shadow candidates: a batch has one
@@ -260,10 +265,15 @@ impl Simulation {
                 .map(|&(position, candidate)| group(config, &clock, &[(position, candidate)]))
                 .collect(),
             Mode::Batch => {
-                let first = indexed[0].1.algorithm();
-                if let Some((_, other)) = indexed.iter().find(|(_, c)| c.algorithm() != first) {
+                let first = indexed[0].1;
+                if let Some((_, other)) = indexed
+                    .iter()
+                    .find(|(_, c)| c.algorithm() != first.algorithm())
+                {
                     return Err(SimulationError::MixedAlgorithms {
-                        first,
+                        first_policy: first.id().to_owned(),
+                        first: first.algorithm(),
+                        other_policy: other.id().to_owned(),
                         other: other.algorithm(),
                     });
                 }

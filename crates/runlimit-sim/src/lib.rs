@@ -15,7 +15,14 @@
 //! runlimit-sim replay --policies policies.toml access.log
 //! runlimit-sim replay --policies policies.toml --subject ip --charge-status 401 \
 //!     --json --chart per-minute.svg access.log
+//! runlimit-sim replay --batch --policies route.toml access.log
 //! ```
+//!
+//! Each candidate is evaluated on its own, in a store of its own, unless
+//! `--batch` ([`Mode::Batch`]) evaluates them together, all-or-nothing, as
+//! the admission layer checks a route's policies. The layer's one limiter
+//! holds one algorithm, so a batch's candidates must share one (and one
+//! quota mode); a set of several is refused before anything is replayed.
 //!
 //! The library is what the binary is built from, for tests and tools:
 //!
@@ -40,11 +47,27 @@
 //! let hasher = KeyHasher::new(b"a secret of at least thirty-two bytes")?;
 //! let mut replay = Replay::new(&set, ReplayOptions::new(hasher))?;
 //! replay.run(&mut reader, |_| {})?;
+//! replay.require_requests(&spec)?;
 //! let report = replay.report();
 //! assert_eq!((report.rows[0].admitted, report.rows[0].denied), (2, 1));
 //! assert_eq!(report.rows[0].retry_after_seconds.map(|q| q.max), Some(58));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Reading a log
+//!
+//! A Common or Combined Log Format line has fixed fields: the client
+//! address is its host. JSON lines and CSV have named fields: the address is
+//! read from `ip` unless the subject names another (`ip:client_ip`), the
+//! time from `time` unless [`InputSpec::time_field`] names another; a JSON
+//! field may be a dotted path into nested objects. Blank lines are skipped.
+//! A line that cannot be used is [`Malformed`]: counted, listed by number
+//! and reason (the first [`MALFORMED_LISTED`], or
+//! [`ReplayOptions::malformed_listed`]), and skipped. A log with no usable
+//! line at all is most likely read with the wrong fields:
+//! [`Replay::require_requests`] turns it into an error
+//! ([`NothingReplayed`]) that names the fields its lines lack, rather than
+//! a report that nobody was refused.
 //!
 //! # What a replay assumes
 //!
@@ -101,8 +124,8 @@ pub use input::{
 };
 pub use policies::{Candidate, DEFAULT_MAX_KEYS, PolicySet, PolicySetError};
 pub use replay::{
-    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, Replay, ReplayError, ReplayOptions, StatusSet,
-    StatusSetError,
+    KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, NothingReplayed, Replay, ReplayError,
+    ReplayOptions, StatusSet, StatusSetError,
 };
 pub use report::{MalformedLine, MalformedSummary, Quantiles, Report, Row, TopSubject};
 pub use subject::{SubjectPart, SubjectSpec, SubjectSpecError};

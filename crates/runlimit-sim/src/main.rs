@@ -13,8 +13,8 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runlimit_core::{KeyHasher, MIN_SECRET_LEN};
 use runlimit_sim::{
-    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Mode, PolicySet, Reader, Replay,
-    ReplayOptions, StatusSet, SubjectSpec, TimeFormat,
+    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Malformed, Mode, PolicySet, Reader,
+    Replay, ReplayOptions, SimulationError, StatusSet, SubjectSpec, TimeFormat,
 };
 
 #[derive(Parser)]
@@ -47,8 +47,10 @@ struct ReplayArgs {
     /// The log's format.
     #[arg(long, short, value_enum, default_value_t = Format::Clf)]
     format: Format,
-    /// Who requests count against: `ip`, `ip:FIELD`, a field name, or parts
-    /// joined by `+` (such as `ip+path`).
+    /// Who requests count against: `ip` (the client address: CLF's host
+    /// field, the field `ip` in JSON and CSV), `ip:FIELD` (the address in
+    /// another field, such as `ip:client_ip`), a field name, or parts joined
+    /// by `+` (such as `ip+path`).
     #[arg(long, short, default_value = "ip")]
     subject: SubjectSpec,
     /// The network prefix IPv4 clients are grouped by.
@@ -66,15 +68,18 @@ struct ReplayArgs {
     /// A field holding each request's cost in units (`-` and 0 cost nothing).
     #[arg(long)]
     cost_field: Option<String>,
-    /// Charge only requests with these statuses (such as `401,403` or
-    /// `4xx`); the others are only checked, as a layer charging by outcome.
+    /// Charge only requests with these statuses (such as `401,403`,
+    /// `400-499` or `4xx`, classes in either case); the others are only
+    /// checked, as a layer charging by outcome.
     #[arg(long)]
     charge_status: Option<StatusSet>,
     /// The field holding the status (JSON and CSV).
     #[arg(long, default_value = "status")]
     status_field: String,
     /// Evaluate all policies as one atomic batch, as the admission layer
-    /// checks a route's policies, instead of each on its own.
+    /// checks a route's policies, instead of each on its own. The layer's
+    /// limiter holds one algorithm, so the policies must share one (and one
+    /// quota mode); to compare algorithms, replay without --batch.
     #[arg(long)]
     batch: bool,
     /// How many of the most denied subjects to list per policy (at most
@@ -91,8 +96,11 @@ struct ReplayArgs {
     #[arg(long)]
     raw_subjects: bool,
     /// A file holding the secret (at least 32 bytes) labels are keyed with;
-    /// the same secret gives the same labels across runs. Default: the
-    /// `RUNLIMIT_SIM_KEY_SECRET` variable, else a random secret per run.
+    /// the same secret gives the same labels across runs. One trailing
+    /// newline (`\n` or `\r\n`) is not part of the secret, so a file
+    /// written by `echo` or an editor keys as the same secret without it.
+    /// Default: the `RUNLIMIT_SIM_KEY_SECRET` variable, else a random secret
+    /// per run.
     #[arg(long)]
     key_secret_file: Option<PathBuf>,
     /// Print the report as JSON.
@@ -101,12 +109,29 @@ struct ReplayArgs {
     /// Print the report as CSV, one row per policy.
     #[arg(long)]
     csv: bool,
-    /// Also draw admitted and denied per minute as an SVG file.
+    /// Also draw admitted and denied per minute as an SVG file. It is
+    /// written after the report is printed: if it cannot be written, the
+    /// report is still printed, the error names the file and the exit
+    /// status is 1.
     #[arg(long)]
     chart: Option<PathBuf>,
     /// Lines longer than this many bytes are skipped as malformed.
     #[arg(long, default_value_t = DEFAULT_MAX_LINE_LEN)]
     max_line_len: usize,
+    /// How many malformed lines to list by number and reason (the first
+    /// ones), or `all`; the others are only counted. Every listed line is
+    /// held in memory until the report.
+    #[arg(long, value_name = "N|all", default_value = "10", value_parser = listed_lines)]
+    malformed_lines: usize,
+}
+
+/// `all`, or a number of lines.
+fn listed_lines(text: &str) -> Result<usize, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(usize::MAX);
+    }
+    text.parse()
+        .map_err(|_| format!("`{text}` is neither a number of lines nor `all`"))
 }
 
 #[derive(Args)]
@@ -145,7 +170,8 @@ type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 fn replay(args: ReplayArgs) -> Result<()> {
     let policies = std::fs::read_to_string(&args.policies)
         .map_err(|error| format!("reading {}: {error}", args.policies.display()))?;
-    let set = PolicySet::from_toml(&policies)?;
+    let set = PolicySet::from_toml(&policies)
+        .map_err(|error| format!("{}: {error}", args.policies.display()))?;
     let subject = args
         .subject
         .with_prefixes(args.ipv4_prefix, args.ipv6_prefix)?;
@@ -167,7 +193,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
     options.top = usize::from(args.top);
     options.max_backwards = Duration::from_secs(args.max_backwards);
     options.raw_subjects = args.raw_subjects;
-    let mut replay = Replay::new(&set, options)?;
+    options.malformed_listed = args.malformed_lines;
+    let mut replay = Replay::new(&set, options).map_err(|error| match error {
+        SimulationError::MixedAlgorithms { .. } | SimulationError::MixedQuotaModes => {
+            format!("{error}; replay without --batch to evaluate each candidate on its own")
+        }
+        error => error.to_string(),
+    })?;
 
     let (input, length): (Box<dyn BufRead>, Option<u64>) = match &args.log {
         Some(path) if path.as_os_str() != "-" => {
@@ -182,27 +214,76 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let progress = Progress::new(length);
     replay.run(&mut reader, |consumed| progress.update(consumed))?;
     progress.finish();
+    replay.require_requests(&spec).map_err(|nothing| {
+        let mut message = nothing.to_string();
+        for (why, _) in nothing.reasons() {
+            // Two reasons (no time, unreadable time) may share a hint.
+            if let Some(hint) = hint(why).filter(|hint| !message.contains(hint)) {
+                message.push_str("\n  ");
+                message.push_str(hint);
+            }
+        }
+        message
+    })?;
 
     let report = replay.report();
+    let unlisted = report.malformed.count - report.malformed.first.len() as u64;
+    if unlisted > 0 {
+        eprintln!(
+            "runlimit-sim: {} not listed; --malformed-lines N or all lists more",
+            count(unlisted, "more malformed line", "more malformed lines")
+        );
+    }
+    {
+        let mut out = io::stdout().lock();
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        } else if args.csv {
+            report.write_csv(&mut out)?;
+        } else {
+            write!(out, "{}", report.to_table())?;
+        }
+        out.flush()?;
+    }
+    // After the report, so that a chart that cannot be written costs the
+    // chart only; the run still fails, for scripts that expect the file.
     if let Some(path) = &args.chart {
         runlimit_sim::write_svg(&report, path)?;
     }
-    let mut out = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else if args.csv {
-        report.write_csv(&mut out)?;
-    } else {
-        write!(out, "{}", report.to_table())?;
-    }
     Ok(())
+}
+
+/// Which option reads the field a line was skipped for.
+fn hint(why: Malformed) -> Option<&'static str> {
+    Some(match why {
+        Malformed::Syntax => "--format names the log's format (clf, json or csv)",
+        Malformed::MissingAddress => {
+            "--subject ip:FIELD names the field holding the client address \
+             (JSON and CSV read `ip` unless told otherwise)"
+        }
+        Malformed::MissingSubject => "--subject names the fields a subject is made of",
+        Malformed::MissingTime | Malformed::BadTime => {
+            "--time-field and --time-format say where and how the time is written"
+        }
+        Malformed::BadStatus => "--status-field names the field holding the status",
+        Malformed::BadCost => "--cost-field names the field holding the cost",
+        _ => return None,
+    })
 }
 
 fn key_hasher(file: Option<&PathBuf>) -> Result<KeyHasher> {
     let secret = match file {
         Some(path) => {
-            std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))?
+            let mut secret = std::fs::read(path)
+                .map_err(|error| format!("reading {}: {error}", path.display()))?;
+            if secret.last() == Some(&b'\n') {
+                secret.pop();
+                if secret.last() == Some(&b'\r') {
+                    secret.pop();
+                }
+            }
+            secret
         }
         None => match std::env::var_os("RUNLIMIT_SIM_KEY_SECRET") {
             Some(secret) => secret.into_encoded_bytes(),
@@ -271,6 +352,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         Some(path) => runlimit_sim::generate(File::create(path)?, &options)?,
         None => runlimit_sim::generate(io::stdout().lock(), &options)?,
     };
-    eprintln!("runlimit-sim: wrote {lines} lines");
+    eprintln!("runlimit-sim: wrote {}", count(lines, "line", "lines"));
     Ok(())
+}
+
+/// `1 line`, `2 lines`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

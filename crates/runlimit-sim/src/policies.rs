@@ -147,9 +147,18 @@ pub struct PolicySet {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PolicySetError {
-    /// The TOML did not parse, or a policy failed its constructor's checks.
+    /// The TOML did not parse, or its top level held an unknown key.
     #[error("invalid policy file: {0}")]
     Toml(#[from] toml::de::Error),
+    /// A `[[policy]]` table names no known algorithm or fails its policy's
+    /// constructor.
+    #[error("invalid [[policy]] at line {line}: {}", source.message())]
+    Policy {
+        /// The 1-based line of the table's `[[policy]]` header.
+        line: usize,
+        /// What the policy's form or constructor refused.
+        source: toml::de::Error,
+    },
     /// The set was empty.
     #[error("the policy file names no [[policy]]")]
     Empty,
@@ -168,8 +177,10 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 #[serde(deny_unknown_fields)]
 struct FileRepr {
     max_keys: Option<usize>,
+    /// Tables, each deserialized on its own so that an error names its
+    /// table's line (the array as a whole spans from its first table).
     #[serde(default, rename = "policy")]
-    policies: Vec<Candidate>,
+    policies: Vec<toml::Spanned<toml::Table>>,
 }
 
 impl PolicySet {
@@ -201,11 +212,22 @@ impl PolicySet {
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new), and [`PolicySetError::Toml`] for TOML that does
-    /// not parse or a policy its constructor refuses.
+    /// As [`new`](Self::new), [`PolicySetError::Toml`] for TOML that does
+    /// not parse, and [`PolicySetError::Policy`] for a `[[policy]]` table
+    /// its policy refuses, naming the table's line.
     pub fn from_toml(text: &str) -> Result<Self, PolicySetError> {
         let repr: FileRepr = toml::from_str(text)?;
-        Self::new(repr.policies, repr.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
+        let candidates = repr
+            .policies
+            .into_iter()
+            .map(|table| {
+                let line = line_of(text, table.span().start);
+                toml::Value::Table(table.into_inner())
+                    .try_into::<Candidate>()
+                    .map_err(|source| PolicySetError::Policy { line, source })
+            })
+            .collect::<Result<_, _>>()?;
+        Self::new(candidates, repr.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
     }
 
     /// The candidates, in file order.
@@ -219,6 +241,12 @@ impl PolicySet {
     pub fn store_config(&self) -> &MemoryStoreConfig {
         &self.store
     }
+}
+
+/// The 1-based line holding byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let before = text.get(..offset).unwrap_or(text);
+    before.bytes().filter(|&byte| byte == b'\n').count() + 1
 }
 
 #[cfg(test)]
@@ -237,7 +265,7 @@ mod tests {
         "#;
         assert!(matches!(
             PolicySet::from_toml(zero_limit),
-            Err(PolicySetError::Toml(_))
+            Err(PolicySetError::Policy { line: 2, .. })
         ));
         let unknown_field = r#"
             [[policy]]
@@ -251,7 +279,7 @@ mod tests {
         "#;
         assert!(matches!(
             PolicySet::from_toml(unknown_field),
-            Err(PolicySetError::Toml(_))
+            Err(PolicySetError::Policy { line: 2, .. })
         ));
         let unknown_algorithm = r#"
             [[policy]]
@@ -260,6 +288,10 @@ mod tests {
         "#;
         assert!(matches!(
             PolicySet::from_toml(unknown_algorithm),
+            Err(PolicySetError::Policy { line: 2, .. })
+        ));
+        assert!(matches!(
+            PolicySet::from_toml("max_keys = 10\ncolour = \"red\""),
             Err(PolicySetError::Toml(_))
         ));
         assert!(matches!(
@@ -276,6 +308,33 @@ mod tests {
             PolicySet::from_toml(&format!("max_keys = 0\n{no_keys}")),
             Err(PolicySetError::Store(_))
         ));
+    }
+
+    #[test]
+    fn an_invalid_policy_is_reported_at_its_own_table() {
+        let valid = |id: &str| {
+            format!(
+                "[[policy]]\nalgorithm = \"fixed_window\"\nid = \"{id}\"\nscope = \"ip\"\n\
+                 limit = 1\nwindow = {{ secs = 60, nanos = 0 }}\n\n"
+            )
+        };
+        // Three valid tables of seven lines each, then the fourth at line 22.
+        let text = format!(
+            "{}{}{}{}",
+            valid("a"),
+            valid("b"),
+            valid("c"),
+            valid("d").replace("limit = 1", "limit = 0")
+        );
+        let error = PolicySet::from_toml(&text).expect_err("a zero limit");
+        assert!(
+            matches!(error, PolicySetError::Policy { line: 22, .. }),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "invalid [[policy]] at line 22: limit 0 is outside 1..=1000000000"
+        );
     }
 
     #[test]

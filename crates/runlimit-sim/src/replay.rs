@@ -8,7 +8,7 @@ use runlimit_core::{
 
 use crate::{
     engine::{Mode, Refusal, Simulation, SimulationError, Verdict},
-    input::{InputError, Malformed, Reader, Request},
+    input::{InputError, InputSpec, Malformed, Reader, Request},
     policies::PolicySet,
     report::{self, Report},
     sketch::{Distinct, TopDenied},
@@ -18,7 +18,7 @@ use crate::{
 /// (charge by outcome: count failed logins, not successful ones).
 ///
 /// Parsed from a comma-separated list of statuses (`401`), ranges
-/// (`400-499`) and classes (`4xx`).
+/// (`400-499`) and classes (`4xx`, in either case: `4XX`).
 ///
 /// ```
 /// use runlimit_sim::StatusSet;
@@ -26,6 +26,7 @@ use crate::{
 /// let failures: StatusSet = "401,403,5xx".parse()?;
 /// assert!(failures.contains(401) && failures.contains(503));
 /// assert!(!failures.contains(200));
+/// assert_eq!("4XX".parse::<StatusSet>()?, "4xx".parse()?);
 /// # Ok::<(), runlimit_sim::StatusSetError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +58,13 @@ impl FromStr for StatusSet {
         text.split(',')
             .map(str::trim)
             .map(|item| {
-                if let Some(class) = item.strip_suffix("xx") {
+                let class = item
+                    .len()
+                    .checked_sub(2)
+                    .and_then(|digit| item.split_at_checked(digit))
+                    .filter(|(_, xx)| xx.eq_ignore_ascii_case("xx"))
+                    .map(|(class, _)| class);
+                if let Some(class) = class {
                     let class = class
                         .parse::<u16>()
                         .ok()
@@ -98,6 +105,11 @@ pub struct ReplayOptions {
     pub max_backwards: Duration,
     /// Show subjects as written instead of by their keyed label.
     pub raw_subjects: bool,
+    /// How many malformed lines the report lists by number (the first
+    /// ones); the others are only counted. Each listed line is kept until
+    /// the report, so `usize::MAX` (every one) costs memory in proportion
+    /// to the malformed lines.
+    pub malformed_listed: usize,
     /// The secret subjects are keyed with. A report's labels are stable for
     /// one secret; the decisions do not depend on it.
     pub hasher: KeyHasher,
@@ -105,7 +117,7 @@ pub struct ReplayOptions {
 
 impl ReplayOptions {
     /// Independent candidates, every request charged, ten top subjects,
-    /// keyed labels.
+    /// keyed labels, the first [`MALFORMED_LISTED`] malformed lines listed.
     #[must_use]
     pub fn new(hasher: KeyHasher) -> Self {
         Self {
@@ -114,6 +126,7 @@ impl ReplayOptions {
             top: 10,
             max_backwards: Duration::from_secs(60),
             raw_subjects: false,
+            malformed_listed: MALFORMED_LISTED,
             hasher,
         }
     }
@@ -131,11 +144,71 @@ pub enum ReplayError {
     Simulation(#[from] SimulationError),
 }
 
+/// No line of a log could be replayed: it held none, or every line was
+/// malformed. A report of nothing would read as "no one refused".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct NothingReplayed {
+    lines: u64,
+    reasons: Vec<SkipReason>,
+}
+
+/// Why lines were skipped: the reason, how many lines, and the fields it
+/// concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SkipReason {
+    why: Malformed,
+    lines: u64,
+    fields: Vec<String>,
+}
+
+impl NothingReplayed {
+    /// The lines read, all of them malformed; zero for a log of none (or
+    /// only blank lines).
+    #[must_use]
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Why the lines were skipped, with how many lines each, most first.
+    pub fn reasons(&self) -> impl Iterator<Item = (Malformed, u64)> + '_ {
+        self.reasons.iter().map(|reason| (reason.why, reason.lines))
+    }
+
+    fn describe(&self) -> String {
+        if self.lines == 0 {
+            return "nothing to replay: the log has no lines (blank lines are skipped)".to_owned();
+        }
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|reason| {
+                let fields = match reason.fields.as_slice() {
+                    [] => String::new(),
+                    [field] => format!(" (field `{field}`)"),
+                    fields => format!(" (fields `{}`)", fields.join("`, `")),
+                };
+                format!("{} {}{fields}", reason.lines, reason.why)
+            })
+            .collect();
+        let lines = if self.lines == 1 {
+            "one line is".to_owned()
+        } else {
+            format!("{} lines are all", self.lines)
+        };
+        format!(
+            "nothing to replay: the log's {lines} malformed: {}",
+            reasons.join(", ")
+        )
+    }
+}
+
 /// The most subjects a row lists as most denied: the table behind them
 /// holds 64 times as many.
 pub const MAX_TOP: usize = 1_000;
 
-/// How many malformed lines a report lists by number.
+/// How many malformed lines a report lists by number unless
+/// [`ReplayOptions::malformed_listed`] says otherwise.
 pub const MALFORMED_LISTED: usize = 10;
 
 /// Distinct subjects counted exactly before estimating.
@@ -207,7 +280,7 @@ impl Replay {
             keys: store_key_hasher().prepared_for(&subject_policy),
             labels: options.hasher.prepared_for(&subject_policy),
             subject_policy,
-            input: report::InputTally::new(EXACT_SUBJECTS),
+            input: report::InputTally::new(EXACT_SUBJECTS, options.malformed_listed),
             rows: (0..rows)
                 .map(|_| Tally {
                     requests: 0,
@@ -364,6 +437,35 @@ impl Replay {
         }
         progress(reader.consumed());
         Ok(())
+    }
+
+    /// Checks that at least one request was replayed, so that a log the
+    /// input specification `spec` does not fit (a JSON log without the
+    /// address field, say) is not mistaken for one that nobody would be
+    /// refused on.
+    ///
+    /// # Errors
+    ///
+    /// [`NothingReplayed`] when no request was replayed: it counts the lines
+    /// and says why they were skipped, naming the fields (from `spec`).
+    pub fn require_requests(&self, spec: &InputSpec) -> Result<(), NothingReplayed> {
+        if self.input.requests() > 0 {
+            return Ok(());
+        }
+        let mut reasons: Vec<SkipReason> = self
+            .input
+            .reasons()
+            .map(|(why, lines)| SkipReason {
+                why,
+                lines,
+                fields: spec.fields_of(why).into_iter().map(str::to_owned).collect(),
+            })
+            .collect();
+        reasons.sort_by_key(|reason| std::cmp::Reverse(reason.lines));
+        Err(NothingReplayed {
+            lines: reasons.iter().map(|reason| reason.lines).sum(),
+            reasons,
+        })
     }
 
     /// The report so far.

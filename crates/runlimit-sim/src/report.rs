@@ -8,7 +8,7 @@ use crate::{
     engine::Mode,
     input::{Malformed, time::format_rfc3339},
     policies::PolicySet,
-    replay::{MALFORMED_LISTED, ReplayOptions, Tally},
+    replay::{ReplayOptions, Tally},
     sketch::Distinct,
 };
 
@@ -18,7 +18,8 @@ use crate::{
 pub struct Report {
     /// How candidates were evaluated.
     pub mode: Mode,
-    /// Lines read, malformed included.
+    /// Lines read: requests and malformed lines. Blank lines (empty, or
+    /// only spaces and tabs) are skipped and not counted.
     pub lines: u64,
     /// Requests replayed.
     pub requests: u64,
@@ -41,7 +42,7 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
-/// Malformed lines: how many, why, and the first few by number.
+/// Malformed lines: how many, why, and the first ones by number.
 #[derive(Debug, Clone, Default, Serialize)]
 #[non_exhaustive]
 pub struct MalformedSummary {
@@ -49,7 +50,8 @@ pub struct MalformedSummary {
     pub count: u64,
     /// Lines skipped per reason.
     pub by_reason: BTreeMap<String, u64>,
-    /// The first lines skipped, with their reason.
+    /// The first lines skipped, with their reason: as many as
+    /// [`ReplayOptions::malformed_listed`], ten by default.
     pub first: Vec<MalformedLine>,
 }
 
@@ -136,25 +138,36 @@ pub(crate) struct InputTally {
     first: Option<i64>,
     last: Option<i64>,
     subjects: Distinct,
-    malformed: MalformedSummary,
+    malformed: u64,
     reasons: BTreeMap<Malformed, u64>,
+    /// The first malformed lines, as numbers and reasons: a line costs 16
+    /// bytes until the report, however many are listed.
+    listed: Vec<(u64, Malformed)>,
+    listed_max: usize,
 }
 
 impl InputTally {
-    pub(crate) fn new(exact_subjects: usize) -> Self {
+    pub(crate) fn new(exact_subjects: usize, listed_max: usize) -> Self {
         Self {
             requests: 0,
             uncharged: 0,
             first: None,
             last: None,
             subjects: Distinct::new(exact_subjects),
-            malformed: MalformedSummary::default(),
+            malformed: 0,
             reasons: BTreeMap::new(),
+            listed: Vec::new(),
+            listed_max,
         }
     }
 
     pub(crate) fn requests(&self) -> u64 {
         self.requests
+    }
+
+    /// Lines skipped per reason.
+    pub(crate) fn reasons(&self) -> impl Iterator<Item = (Malformed, u64)> + '_ {
+        self.reasons.iter().map(|(&why, &lines)| (why, lines))
     }
 
     pub(crate) fn request(&mut self, at: i64, subject: u64, charged: bool) {
@@ -166,13 +179,10 @@ impl InputTally {
     }
 
     pub(crate) fn malformed(&mut self, line: u64, why: Malformed) {
-        self.malformed.count += 1;
+        self.malformed += 1;
         *self.reasons.entry(why).or_default() += 1;
-        if self.malformed.first.len() < MALFORMED_LISTED {
-            self.malformed.first.push(MalformedLine {
-                line,
-                reason: why.to_string(),
-            });
+        if self.listed.len() < self.listed_max {
+            self.listed.push((line, why));
         }
     }
 }
@@ -259,12 +269,22 @@ pub(crate) fn build(
             }
         })
         .collect();
-    let mut malformed = input.malformed.clone();
-    malformed.by_reason = input
-        .reasons
-        .iter()
-        .map(|(why, &count)| (why.to_string(), count))
-        .collect();
+    let malformed = MalformedSummary {
+        count: input.malformed,
+        by_reason: input
+            .reasons
+            .iter()
+            .map(|(why, &count)| (why.to_string(), count))
+            .collect(),
+        first: input
+            .listed
+            .iter()
+            .map(|&(line, why)| MalformedLine {
+                line,
+                reason: why.to_string(),
+            })
+            .collect(),
+    };
     Report {
         mode: options.mode,
         lines: input.requests + malformed.count,
@@ -317,8 +337,11 @@ impl Report {
         let approx = if self.subjects_exact { "" } else { "≈" };
         let _ = writeln!(
             out,
-            "{} requests from {approx}{} subjects{span}; {} uncharged; {} malformed lines",
-            self.requests, self.subjects, self.uncharged, self.malformed.count
+            "{} from {approx}{}{span}; {} uncharged; {}",
+            count(self.requests, "request", "requests"),
+            count(self.subjects, "subject", "subjects"),
+            self.uncharged,
+            count(self.malformed.count, "malformed line", "malformed lines"),
         );
         let header = [
             "policy",
@@ -428,17 +451,25 @@ impl Report {
                 .iter()
                 .map(|(reason, count)| format!("{count} {reason}"))
                 .collect();
-            let first: Vec<String> = self
+            let listed: Vec<String> = self
                 .malformed
                 .first
                 .iter()
                 .map(|line| format!("line {} ({})", line.line, line.reason))
                 .collect();
+            let which = match listed.len() as u64 {
+                0 => String::new(),
+                all if all == self.malformed.count => format!("; {}", listed.join(", ")),
+                some => format!(
+                    "; the first {some} of {}: {}",
+                    self.malformed.count,
+                    listed.join(", ")
+                ),
+            };
             let _ = writeln!(
                 out,
-                "\nmalformed lines skipped: {}; first: {}",
-                reasons.join(", "),
-                first.join(", ")
+                "\nmalformed lines skipped: {}{which}",
+                reasons.join(", ")
             );
         }
         out
@@ -503,6 +534,11 @@ impl Report {
         }
         writer.flush()
     }
+}
+
+/// `1 request`, `2 requests`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[allow(clippy::cast_precision_loss)]

@@ -488,9 +488,50 @@ fn decisions_do_not_depend_on_the_label_secret() {
 }
 
 #[test]
-fn the_readme_policy_file_is_valid() {
+fn the_readme_policy_files_are_valid_and_the_batch_shares_one_algorithm() {
     let set = PolicySet::from_toml(include_str!("../policies/login.toml")).expect("valid");
     let ids: Vec<&str> = set.candidates().iter().map(|c| c.id()).collect();
     assert_eq!(ids, ["login.fixed", "login.sliding", "login.gcra"]);
     assert_eq!(set.store_config().max_keys(), 100_000);
+
+    let route = PolicySet::from_toml(include_str!("../policies/login-route.toml")).expect("valid");
+    let mut options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+    options.mode = Mode::Batch;
+    Replay::new(&route, options).expect("one algorithm, so a valid batch");
+}
+
+#[test]
+fn the_table_counts_in_singular_and_plural() {
+    let policy = r#"
+        [[policy]]
+        algorithm = "fixed_window"
+        id = "one"
+        scope = "ip"
+        limit = 1
+        window = { secs = 60, nanos = 0 }
+    "#;
+    let first_line = |log: &str| {
+        let set = PolicySet::from_toml(policy).expect("valid policies");
+        let options = ReplayOptions::new(KeyHasher::new(SECRET).expect("a long secret"));
+        let mut replay = Replay::new(&set, options).expect("a valid simulation");
+        let spec = InputSpec::new(Format::Clf, SubjectSpec::client_address());
+        let mut reader = Reader::new(log.as_bytes(), &spec).expect("a readable log");
+        replay.run(&mut reader, |_| {}).expect("runs");
+        let table = replay.report().to_table();
+        table.lines().next().expect("a summary line").to_owned()
+    };
+    assert_eq!(
+        first_line(&format!("{}-\n", line("192.0.2.1", 0, 401))),
+        "1 request from 1 subject, 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z; \
+         0 uncharged; 1 malformed line"
+    );
+    assert_eq!(
+        first_line(&format!(
+            "{}{}-\n-\n",
+            line("192.0.2.1", 0, 401),
+            line("192.0.2.2", 1, 401)
+        )),
+        "2 requests from 2 subjects, 2026-01-01T00:00:00Z to 2026-01-01T00:00:01Z; \
+         0 uncharged; 2 malformed lines"
+    );
 }

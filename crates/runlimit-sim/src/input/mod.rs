@@ -41,6 +41,11 @@ pub enum Format {
 }
 
 /// Where and how to read each request of a log.
+///
+/// In JSON lines and CSV the client address is read from the field `ip`
+/// unless the subject names another (`ip:client_ip`), and the time from
+/// the field `time` unless [`time_field`](Self::time_field) names another.
+/// The Common Log Format has fixed fields: the address is its host field.
 #[derive(Debug, Clone)]
 pub struct InputSpec {
     /// The log's format.
@@ -80,6 +85,45 @@ impl InputSpec {
             max_line_len: DEFAULT_MAX_LINE_LEN,
         }
     }
+
+    /// The fields a line is skipped for when it is `why`: `["ip"]` for
+    /// [`Malformed::MissingAddress`] in JSON, say. Empty for reasons that
+    /// concern the whole line (its length, its syntax, its order).
+    #[must_use]
+    pub fn fields_of(&self, why: Malformed) -> Vec<&str> {
+        let address = match self.format {
+            Format::Clf => "host",
+            Format::Json | Format::Csv => "ip",
+        };
+        let time = match self.format {
+            Format::Clf => None,
+            Format::Json | Format::Csv => self.time_field.as_deref(),
+        };
+        match why {
+            Malformed::MissingTime | Malformed::BadTime => vec![time.unwrap_or("time")],
+            Malformed::MissingAddress | Malformed::BadAddress => self
+                .subject
+                .parts()
+                .iter()
+                .filter_map(|part| match part {
+                    SubjectPart::Address { field } => Some(field.as_deref().unwrap_or(address)),
+                    SubjectPart::Field(_) => None,
+                })
+                .collect(),
+            Malformed::MissingSubject => self
+                .subject
+                .parts()
+                .iter()
+                .filter_map(|part| match part {
+                    SubjectPart::Field(name) => Some(name.as_str()),
+                    SubjectPart::Address { .. } => None,
+                })
+                .collect(),
+            Malformed::BadStatus => vec![self.status_field.as_deref().unwrap_or("status")],
+            Malformed::BadCost => self.cost_field.as_deref().into_iter().collect(),
+            Malformed::TooLong | Malformed::Syntax | Malformed::OutOfOrder => Vec::new(),
+        }
+    }
 }
 
 /// Why a line was skipped. The reason names a field's role, never its value.
@@ -98,8 +142,12 @@ pub enum Malformed {
     /// The time could not be read.
     #[error("unreadable time")]
     BadTime,
-    /// A part of the subject is absent.
-    #[error("no subject")]
+    /// The client address is absent (in JSON and CSV, the field `ip` unless
+    /// the subject names another).
+    #[error("no client address")]
+    MissingAddress,
+    /// A field of the subject is absent, empty or `-`.
+    #[error("no subject field")]
     MissingSubject,
     /// The client address is not an IP address.
     #[error("unreadable client address")]
@@ -219,7 +267,7 @@ impl<H> Plan<H> {
         for part in &self.parts {
             match part {
                 PartPlan::Address(handle) => {
-                    let text = fields.get(handle).ok_or(Malformed::MissingSubject)?;
+                    let text = fields.get(handle).ok_or(Malformed::MissingAddress)?;
                     subject_spec
                         .push_address(&text, &mut out.subject)
                         .ok_or(Malformed::BadAddress)?;
