@@ -18,12 +18,16 @@
 //! One module per capability: [`fixed_window`](mod@fixed_window),
 //! [`sliding_window`](mod@sliding_window) and [`gcra`](mod@gcra) hold the
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
-//! reset cases, [`settle`] the partial refunds and [`grant`](mod@grant) the
-//! grants of as many units as fit; [`sliding_log`] holds the exact reference that random
-//! sliding-window traces are checked against.
+//! reset cases, [`settle`] the partial refunds, [`grant`](mod@grant) the
+//! grants of as many units as fit and [`carry`](mod@carry) the continuity
+//! across a change of policy or secret (every pair of algorithms, for
+//! backends of [`AnyPolicy`](runlimit_core::AnyPolicy) checks);
+//! [`sliding_log`] holds the exact reference that random sliding-window
+//! traces are checked against.
 //!
 //! [`Lifecycle`]: runlimit_core::Lifecycle
 
+pub mod carry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;
@@ -33,6 +37,9 @@ pub mod sliding_log;
 pub mod sliding_window;
 mod windows;
 
+pub use carry::{
+    any_policy_carry_suite, fixed_window_carry_suite, gcra_carry_suite, sliding_window_carry_suite,
+};
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
 pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant_suite};

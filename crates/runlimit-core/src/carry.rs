@@ -46,7 +46,8 @@
 //! intervals, rounded up). The new counter holds those units as if admitted
 //! at the moment of the carry, at the new policy's rate: where they exceed
 //! its limit, the new policy's windows (or emission intervals) they fill are
-//! spent before it admits again. Where two policies share what releases
+//! spent before it admits again (a fixed window, whose one count cannot
+//! split a window, stays full through the last window they reach into). Where two policies share what releases
 //! units, it is kept: a fixed window of the same length keeps its anchor, a
 //! sliding window of the same length its counts, GCRA of the same emission
 //! interval its arrival time. So raising a limit gives a subject the
@@ -63,13 +64,15 @@
 //! length of either policy's window (GCRA: its full replenishment) that
 //! contains `c`, a subject is admitted at most the larger of the two
 //! policies' `cap`, plus what the old policy admitted in that interval
-//! before the oldest admission its state still counted at `c`. That last
-//! term is zero for a GCRA source, and for intervals within a sliding
-//! window's nine eighths, or since a fixed window's anchor: it is what no
-//! state keeps (a fixed window forgets a window once it ends, as its own
-//! boundary burst shows). Intervals after `c` are bounded by the new
-//! policy's `cap` alone. The memory crate's property tests hold every pair of
-//! algorithms to this bound against an exact record of admissions, with
+//! beyond the units its state still held at `c`. That last term is what no
+//! state keeps: a fixed window forgets a window once it ends (as its own
+//! boundary burst shows), a sliding window what precedes its nine eighths,
+//! GCRA the units it has replenished, and a new policy that counts units
+//! longer than the old one did cannot count what the old state no longer
+//! holds. It is zero for an interval that begins after the old state's
+//! oldest counted admission. Intervals after `c` are bounded by the new
+//! policy's `cap` alone. The memory crate's property tests hold every pair
+//! of algorithms to this bound against an exact record of admissions, with
 //! refunds, peeks, resets and batches interleaved.
 
 use crate::{
@@ -176,10 +179,15 @@ pub fn carry<const UNITS_PER_MILLI: u64>(
                     }
                 }
                 _ => {
+                    // Units beyond the limit fill later windows: a window
+                    // holds them, full, until every window they reach into
+                    // has passed (the last one too, which a window's one
+                    // count cannot split).
                     let (windows, last) = spread(held, policy.limit());
+                    let used = if windows == 1 { last } else { policy.limit() };
                     match windows.checked_mul(window).filter(|span| *span <= horizon) {
                         Some(span) => CounterState::FixedWindow {
-                            used: last,
+                            used,
                             expires_at: now.saturating_add(span),
                         },
                         None => CounterState::FixedWindow {
@@ -199,20 +207,31 @@ pub fn carry<const UNITS_PER_MILLI: u64>(
                     CounterState::SlidingWindow(exact.at(Some(*buckets), now))
                 }
                 _ => {
-                    // Units beyond the limit fill later windows: counted in an
-                    // eighth ahead of now, they hold (as the counts of a clock
-                    // that stepped back do) until it has passed.
+                    // Units beyond the limit fill later windows. Counted in
+                    // an eighth ahead of now, the counts hold as a clock that
+                    // stepped back leaves them: the limit's worth until that
+                    // eighth has begun (its oldest eighth, the rest of the
+                    // full windows, then drops out), and the last window's
+                    // units for a window after.
                     let window = units(policy.window_millis(), UNITS_PER_MILLI);
                     let (windows, last) = spread(held, policy.limit());
-                    let (ahead, count) = match (windows - 1)
+                    let mut counts = [0; COUNTED];
+                    let ahead = match (windows - 1)
                         .checked_mul(window)
                         .filter(|ahead| *ahead <= horizon)
                     {
-                        Some(ahead) => (ahead, last),
-                        None => (horizon, policy.limit()),
+                        Some(ahead) => {
+                            counts[0] = last;
+                            if windows > 1 {
+                                counts[COUNTED - 1] = policy.limit() - last;
+                            }
+                            ahead
+                        }
+                        None => {
+                            counts[0] = policy.limit();
+                            horizon
+                        }
                     };
-                    let mut counts = [0; COUNTED];
-                    counts[0] = count;
                     CounterState::SlidingWindow(Buckets {
                         latest_start: exact.start_of(exact.bucket(now.saturating_add(ahead))),
                         counts,

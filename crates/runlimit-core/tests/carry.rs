@@ -273,7 +273,8 @@ fn units_over_a_shorter_windows_limit_fill_later_windows() {
             expires_at: now + 10 * 60_000 * MS
         })
     );
-    // 95 units: nine windows full, five in the tenth.
+    // 95 units reach into the tenth window: a fixed window stays full
+    // through it.
     let partial: StateNanos = CounterState::FixedWindow {
         used: 95,
         expires_at: 3_600_000 * MS,
@@ -281,31 +282,54 @@ fn units_over_a_shorter_windows_limit_fill_later_windows() {
     assert_eq!(
         carry(old.kind(), &partial, fixed(10, 60_000).kind(), now),
         Some(CounterState::FixedWindow {
-            used: 5,
+            used: 10,
             expires_at: now + 10 * 60_000 * MS
         })
     );
-    // A sliding window counts them in an eighth as far ahead.
+    // Five units within the limit: a window of five from now.
+    let few: StateNanos = CounterState::FixedWindow {
+        used: 5,
+        expires_at: 3_600_000 * MS,
+    };
+    assert_eq!(
+        carry(old.kind(), &few, fixed(10, 60_000).kind(), now),
+        Some(CounterState::FixedWindow {
+            used: 5,
+            expires_at: now + 60_000 * MS
+        })
+    );
+    // A sliding window is full for nine windows, then holds five for one.
     let to = sliding(10, 80_000);
     let exact = SlidingNanos::new(&to);
     let Some(CounterState::SlidingWindow(buckets)) = carry(old.kind(), &partial, to.kind(), now)
     else {
         panic!("carried into a sliding window");
     };
-    assert_eq!(buckets.total(), 5);
-    assert_eq!(
-        buckets.latest_start,
-        exact.start_of(exact.bucket(now + 9 * 80_000 * MS))
-    );
-    // Until it passes, only the rest of the tenth window is admitted.
+    let latest = exact.start_of(exact.bucket(now + 9 * 80_000 * MS));
     let mut counts = [0; COUNTED];
     counts[0] = 5;
-    assert_eq!(buckets.counts, counts);
+    counts[COUNTED - 1] = 5;
     assert_eq!(
-        exact.peek(Some(buckets), 5, now).map(|d| d.remaining()),
+        buckets,
+        Buckets {
+            latest_start: latest,
+            counts
+        }
+    );
+    assert!(exact.peek(Some(buckets), 1, now).is_err());
+    assert!(exact.peek(Some(buckets), 1, latest).is_err());
+    let tenth = latest + exact.sub_window;
+    assert_eq!(
+        exact.peek(Some(buckets), 5, tenth).map(|d| d.remaining()),
         Ok(Some(5))
     );
-    assert!(exact.peek(Some(buckets), 6, now + 700_000 * MS).is_err());
+    assert!(exact.peek(Some(buckets), 6, tenth).is_err());
+    // Within the limit, the units count from now alone.
+    let Some(CounterState::SlidingWindow(few)) = carry(old.kind(), &few, to.kind(), now) else {
+        panic!("carried into a sliding window");
+    };
+    assert_eq!(few.total(), 5);
+    assert_eq!(few.latest_start, exact.start_of(exact.bucket(now)));
 }
 
 #[test]

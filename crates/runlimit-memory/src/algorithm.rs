@@ -9,7 +9,8 @@
 use std::{fmt, time::Duration};
 
 use runlimit_core::{
-    Decision, Denial, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy,
+    Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyKind, SlidingWindowPolicy,
+    carry::{CounterState, StateNanos},
     gcra::{ExactNanos, GcraNanos},
     sliding::{Buckets, COUNTED, SlidingNanos, SlidingOutcome},
 };
@@ -182,6 +183,21 @@ pub(crate) mod sealed {
         /// The state that forgets the counter at `now`: equivalent to an absent
         /// key, with a version no earlier receipt carries.
         fn forget(state: Self::State, now: u64) -> Self::State;
+
+        /// `state`, of a counter of `policy`, as a carry reads it; `None`
+        /// when `policy` is not one this store keeps state for, or `state`
+        /// is not of its algorithm.
+        fn carry_source(
+            policy: runlimit_core::PolicyKind<'_>,
+            state: &Self::State,
+        ) -> Option<runlimit_core::carry::StateNanos>;
+
+        /// The state a new counter of `policy` starts from, carrying `state`;
+        /// `None` when `state` is not of `policy`'s algorithm.
+        fn carried(
+            policy: &Self::Policy,
+            state: runlimit_core::carry::StateNanos,
+        ) -> Option<Self::State>;
     }
 
     /// The next version after `version`, for a state whose receipts become
@@ -448,6 +464,23 @@ impl Engine for FixedWindow {
             expires_at: now.min(state.expires_at),
             used: 0,
             version: next_version(state.version),
+        }
+    }
+    fn carry_source(policy: PolicyKind<'_>, state: &WindowState) -> Option<StateNanos> {
+        matches!(policy, PolicyKind::FixedWindow(_)).then_some(CounterState::FixedWindow {
+            used: state.used,
+            expires_at: state.expires_at,
+        })
+    }
+
+    fn carried(_policy: &FixedWindowPolicy, state: StateNanos) -> Option<WindowState> {
+        match state {
+            CounterState::FixedWindow { used, expires_at } => Some(WindowState {
+                expires_at,
+                used,
+                version: 0,
+            }),
+            _ => None,
         }
     }
 }
@@ -753,6 +786,19 @@ impl Engine for Gcra {
             version: next_version(state.version),
         }
     }
+    fn carry_source(policy: PolicyKind<'_>, state: &GcraState) -> Option<StateNanos> {
+        matches!(policy, PolicyKind::Gcra(_)).then_some(CounterState::Gcra { arrival: state.tat })
+    }
+
+    fn carried(_policy: &GcraPolicy, state: StateNanos) -> Option<GcraState> {
+        match state {
+            CounterState::Gcra { arrival } => Some(GcraState {
+                tat: arrival,
+                version: 0,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// The counts of one sliding-window key: units admitted in each of the nine
@@ -923,6 +969,25 @@ impl Engine for SlidingWindow {
             expires_at: 0,
             counts: [0; COUNTED],
             version: next_version(state.version),
+        }
+    }
+    fn carry_source(policy: PolicyKind<'_>, state: &SlidingState) -> Option<StateNanos> {
+        match policy {
+            PolicyKind::SlidingWindow(policy) => Some(CounterState::SlidingWindow(
+                state.buckets(&SlidingNanos::new(policy)),
+            )),
+            _ => None,
+        }
+    }
+
+    fn carried(policy: &SlidingWindowPolicy, state: StateNanos) -> Option<SlidingState> {
+        match state {
+            CounterState::SlidingWindow(buckets) => Some(SlidingState::from_buckets(
+                &SlidingNanos::new(policy),
+                buckets,
+                0,
+            )),
+            _ => None,
         }
     }
 }

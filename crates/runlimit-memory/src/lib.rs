@@ -159,6 +159,7 @@
 //!   unknown fields) and [`MemoryStoreStats`]. Live stores never serialize.
 
 mod algorithm;
+mod any;
 mod clock;
 mod config;
 mod denial_cache;
@@ -173,6 +174,7 @@ mod tiered;
 pub use algorithm::{
     Algorithm, FixedWindow, Gcra, GcraState, SlidingState, SlidingWindow, WindowState,
 };
+pub use any::{AnyAdmitted, AnyAlgorithm, AnyState};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, DEFAULT_CLEANUP_PER_CHECK, MAX_BATCH_SIZE, MAX_CLEANUP_PER_CHECK, MAX_KEYS,
@@ -231,3 +233,33 @@ pub type GcraStore = Store<Gcra>;
 /// See the [crate documentation](crate) for the behaviour it shares with the
 /// other stores.
 pub type SlidingWindowStore = Store<SlidingWindow>;
+
+/// A hard-bounded, sharded, process-local store of all three algorithms,
+/// checked with [`AnyPolicy`](runlimit_core::AnyPolicy): for policies whose
+/// algorithm is chosen at run time (a configuration file), batches that mix
+/// algorithms (all-or-nothing, as in any store), and policies that
+/// [continue](runlimit_core::FixedWindowPolicy::continuing) from a policy of
+/// another algorithm, whose state only a store holding both can carry.
+/// Each key costs a 64-byte entry, whatever its algorithm.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use runlimit_core::{AnyPolicy, BatchDecision, Check, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SubjectKey};
+/// use runlimit_memory::{AnyStore, MemoryStoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_minute: AnyPolicy =
+///     FixedWindowPolicy::new(PolicyId::new("api")?, ScopeId::new("tenant")?, 600, Duration::from_secs(60))?.into();
+/// let per_second: AnyPolicy =
+///     GcraPolicy::new(PolicyId::new("api")?, ScopeId::new("client")?, 10, Duration::from_secs(1), 20)?.into();
+/// let limiter = AnyStore::new(MemoryStoreConfig::new(50_000)?);
+/// let batch = limiter.check_all(&[
+///     Check::new(&per_minute, SubjectKey::from_digest([1; 32])),
+///     Check::new(&per_second, SubjectKey::from_digest([2; 32])),
+/// ])?;
+/// assert!(matches!(batch, BatchDecision::Allowed(_)));
+/// # Ok(())
+/// # }
+/// ```
+pub type AnyStore = Store<AnyAlgorithm>;

@@ -11,15 +11,16 @@ use smallvec::SmallVec;
 
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
-    CapacityObservation, Check, CleanupObservation, Decision, Denial, Grant, Granted, Lifecycle,
-    Limiter, Observer, Operation, Policy, Receipt, RefundError, Refunded, Settle, Stamp, Storage,
-    SubjectKey, grant::grant_bound, notify, validate_batch,
+    CapacityObservation, CarriedFrom, CarryObservation, Check, CleanupObservation, CounterKey,
+    Decision, Denial, Grant, Granted, Lifecycle, Limiter, Observer, Operation, Policy, PolicyLabel,
+    Receipt, RefundError, Refunded, Settle, Stamp, Storage, SubjectKey, carry::carry,
+    grant::grant_bound, notify, validate_batch,
 };
 
 use crate::{
     algorithm::{
         Algorithm,
-        sealed::{Credit, Evaluation, Packed},
+        sealed::{Credit, Evaluation, Packed, next_version},
     },
     clock::{Clock, StoreClock},
     config::MemoryStoreConfig,
@@ -63,6 +64,10 @@ struct Item<S> {
     slot: Option<SlotId>,
     /// The state to store if the batch is allowed; `None` when this check is denied.
     next: Option<S>,
+    /// The state carried from a source, for a key that holds no live state.
+    carried: Option<(S, CarriedFrom)>,
+    /// Whether the check started from the carried state.
+    carries: bool,
 }
 
 /// What a locked operation did that observers may want to hear about.
@@ -72,6 +77,8 @@ struct Effects {
     cleanup_allowance: usize,
     cleanup_elapsed: Duration,
     capacity: Vec<CapacityObservation>,
+    /// A single check that stored a carried state, and what it carried from.
+    carried: Option<CarriedFrom>,
 }
 
 impl<A: Algorithm> Store<A> {
@@ -165,13 +172,18 @@ impl<A: Algorithm> Store<A> {
         // under its lock; after that, the check's own cost decides.
         for _ in 0..2 {
             let report = AdmissionReporter::start(self.observer.as_deref());
+            let carries = check.carries();
             let locked = self.with_entry(check, |held, now| {
                 let state = held.state();
+                if carries && A::deadline(&state) <= now {
+                    // No live state: granted below, from what it carries.
+                    return None;
+                }
                 let fits = A::peek(policy, Some(state), check.cost(), now)
                     .remaining()
                     .filter(|&available| available >= check.cost());
                 let units = fits.map_or(check.cost(), |available| available.min(bound));
-                match A::evaluate(policy, Some(state), units, now) {
+                Some(match A::evaluate(policy, Some(state), units, now) {
                     // Dropping `held` releases the entry unchanged.
                     Evaluation::Denied(denial) => {
                         (Decision::for_mode(policy.quota_mode(), denial), 0, None)
@@ -180,14 +192,24 @@ impl<A: Algorithm> Store<A> {
                         held.commit(next);
                         (A::decision(policy, admitted), units, Some(A::stamp(&next)))
                     }
-                }
+                })
             });
             let (decision, units, stamp) = match locked {
-                Ok(Some(granted)) => granted,
-                Ok(None) => {
-                    // Not stored: a fresh quota holds the whole bound (the
-                    // admission reports itself).
-                    let wanted = of_cost(bound);
+                Ok(Some(Some(granted))) => granted,
+                Ok(Some(None) | None) => {
+                    // Not stored: a fresh quota holds the whole bound, a
+                    // carried one what it has room for (the admission
+                    // reports itself).
+                    let wanted = if carries {
+                        let room = self.peek_inner(check)?.remaining().unwrap_or(0);
+                        of_cost(if room >= check.cost() {
+                            room.min(bound)
+                        } else {
+                            check.cost()
+                        })
+                    } else {
+                        of_cost(bound)
+                    };
                     let (decision, receipt) = self.admit(&wanted)?.into_parts();
                     let raced = decision.denial().is_some_and(Denial::is_quota_exceeded);
                     if !raced {
@@ -239,6 +261,9 @@ impl<A: Algorithm> Store<A> {
         };
         report.finish(Operation::Check, std::slice::from_ref(check), outcome);
         self.report_effects(&effects);
+        if let Some(from) = effects.carried {
+            self.report_carry(check, from);
+        }
         result
     }
 
@@ -257,12 +282,16 @@ impl<A: Algorithm> Store<A> {
         let shard = &self.shards[shard_index];
         let table = shard.read(shard_index)?;
         let Some(entry) = table.entry(key) else {
+            if check.carries() {
+                drop(table);
+                return self.check_carrying(shard_index, key, check, effects);
+            }
             if let Some(staged) = self.check_staged(shard, shard_index, &table, key, check, effects)
             {
                 return staged;
             }
             drop(table);
-            return self.check_exclusive(shard_index, key, check, effects);
+            return self.check_exclusive(shard_index, key, check, None, effects);
         };
         // Read the clock before waiting for the entry, so the likely cache miss
         // on a cold entry overlaps the clock read.
@@ -281,6 +310,12 @@ impl<A: Algorithm> Store<A> {
         }
         let held = entry.lock();
         let now = shard.advance(clock_now);
+        if check.carries() && A::deadline(&held.state()) <= now {
+            // No live state: the counter may carry a source's.
+            drop(held);
+            drop(table);
+            return self.check_carrying(shard_index, key, check, effects);
+        }
         Ok(
             match A::evaluate(policy, Some(held.state()), check.cost(), now) {
                 // Dropping `held` releases the entry unchanged.
@@ -333,13 +368,31 @@ impl<A: Algorithm> Store<A> {
         }))
     }
 
-    /// Checks a key holding its shard exclusively, so a new key can be stored.
+    /// Checks a key whose counter holds no live state and may carry a
+    /// source's: the state carried (read with no lock held), then the
+    /// exclusive path from it.
+    #[cold]
+    #[inline(never)]
+    fn check_carrying(
+        &self,
+        shard_index: usize,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        effects: &mut Effects,
+    ) -> Checked {
+        let carried = self.carried(check, self.now_nanos())?;
+        self.check_exclusive(shard_index, key, check, carried, effects)
+    }
+
+    /// Checks a key holding its shard exclusively, so a new key can be stored,
+    /// starting from `carried` if the key holds no live state.
     #[inline(never)]
     fn check_exclusive(
         &self,
         shard_index: usize,
         key: &StoreKey,
         check: &Check<'_, A::Policy>,
+        carried: Option<(A::State, CarriedFrom)>,
         effects: &mut Effects,
     ) -> Checked {
         let shard = &self.shards[shard_index];
@@ -348,43 +401,42 @@ impl<A: Algorithm> Store<A> {
         let found = table.find(key);
         let now = shard.advance(self.now_nanos());
         let policy = check.policy();
-        Ok(
-            match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
-                Evaluation::Denied(denial) => {
-                    (Decision::for_mode(policy.quota_mode(), denial), None)
+        let (initial, carries) = start_from::<A>(found.map(|(_, state)| state), carried, now);
+        Ok(match A::evaluate(policy, initial, check.cost(), now) {
+            Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
+            Evaluation::Allowed { admitted, next } => match found {
+                Some((slot, _)) => {
+                    effects.carried = carries;
+                    table.set_state(slot, next);
+                    (A::decision(policy, admitted), Some(A::stamp(&next)))
                 }
-                Evaluation::Allowed { admitted, next } => match found {
-                    Some((slot, _)) => {
-                        table.set_state(slot, next);
-                        (A::decision(policy, admitted), Some(A::stamp(&next)))
+                None => {
+                    // Below half full, expired entries stay: a key
+                    // checked again finds its entry and updates it in
+                    // place.
+                    if table.cleans_on_insert() {
+                        self.clean(
+                            &mut table,
+                            self.config.cleanup_per_check(),
+                            now,
+                            &[],
+                            effects,
+                        );
                     }
-                    None => {
-                        // Below half full, expired entries stay: a key
-                        // checked again finds its entry and updates it in
-                        // place.
-                        if table.cleans_on_insert() {
-                            self.clean(
-                                &mut table,
-                                self.config.cleanup_per_check(),
-                                now,
-                                &[],
-                                effects,
-                            );
-                        }
-                        let admitted = if table.headroom() == 0 {
-                            (Decision::denied(capacity_denial(&table, now)), None)
-                        } else {
-                            let stored = table.insert(*key, next);
-                            (A::decision(policy, admitted), Some(A::stamp(&stored)))
-                        };
-                        if self.observer.is_some() {
-                            effects.capacity.push(capacity_of(&table, shard_index));
-                        }
-                        admitted
+                    let admitted = if table.headroom() == 0 {
+                        (Decision::denied(capacity_denial(&table, now)), None)
+                    } else {
+                        effects.carried = carries;
+                        let stored = table.insert(*key, next);
+                        (A::decision(policy, admitted), Some(A::stamp(&stored)))
+                    };
+                    if self.observer.is_some() {
+                        effects.capacity.push(capacity_of(&table, shard_index));
                     }
-                },
+                    admitted
+                }
             },
-        )
+        })
     }
 
     /// Evaluates an atomic batch: every check is consumed, or none is.
@@ -462,6 +514,8 @@ impl<A: Algorithm> Store<A> {
                 shard,
                 slot: None,
                 next: None,
+                carried: None,
+                carries: false,
             });
             if !shard_indices.contains(&shard) {
                 shard_indices.push(shard);
@@ -488,6 +542,17 @@ impl<A: Algorithm> Store<A> {
             return result;
         }
 
+        // Sources are read before any shard is locked: a source may share a
+        // shard with the batch.
+        if checks.iter().any(Check::carries) {
+            let now = self.now_nanos();
+            for (check, item) in checks.iter().zip(items.iter_mut()) {
+                if check.carries() {
+                    item.carried = self.carried(check, now)?;
+                }
+            }
+        }
+
         // Ascending lock order keeps concurrent batches deadlock-free.
         let mut guards: SmallVec<[ExclusiveTable<'_, A::State>; INLINE_BATCH]> =
             SmallVec::with_capacity(shard_indices.len());
@@ -505,7 +570,10 @@ impl<A: Algorithm> Store<A> {
             let found = table.find(&item.key);
             item.slot = found.map(|(slot, _)| slot);
             let policy = check.policy();
-            match A::evaluate(policy, found.map(|(_, state)| state), check.cost(), now) {
+            let (initial, carries) =
+                start_from::<A>(found.map(|(_, state)| state), item.carried, now);
+            item.carries = carries.is_some();
+            match A::evaluate(policy, initial, check.cost(), now) {
                 Evaluation::Allowed { admitted, next } => {
                     decisions.push(A::decision(policy, admitted));
                     item.next = Some(next);
@@ -583,6 +651,14 @@ impl<A: Algorithm> Store<A> {
             for (table, &shard_index) in guards.iter().zip(&shard_indices) {
                 effects.capacity.push(capacity_of(table, shard_index));
             }
+            drop(guards);
+            if batch.is_allowed() {
+                for (check, item) in checks.iter().zip(&items) {
+                    if let (true, Some((_, from))) = (item.carries, item.carried) {
+                        self.report_carry(check, from);
+                    }
+                }
+            }
         }
         Ok((batch, committed))
     }
@@ -623,6 +699,10 @@ impl<A: Algorithm> Store<A> {
         let mut decisions = Vec::with_capacity(checks.len());
         for ((check, entry), item) in checks.iter().zip(&held).zip(items.iter_mut()) {
             let policy = check.policy();
+            if check.carries() && A::deadline(&entry.state()) <= now {
+                // No live state: the exclusive path carries a source's.
+                return None;
+            }
             match A::evaluate(policy, Some(entry.state()), check.cost(), now) {
                 Evaluation::Allowed { admitted, next } => {
                     decisions.push(A::decision(policy, admitted));
@@ -757,20 +837,68 @@ impl<A: Algorithm> Store<A> {
     /// [`MemoryStoreError::PoisonedShard`] if the key's shard is poisoned.
     pub fn peek(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
         let report = AdmissionReporter::start(self.observer.as_deref());
-        let policy = check.policy();
-        let result = self
-            .with_entry(check, |held, now| {
-                A::peek(policy, Some(held.state()), check.cost(), now)
-            })
-            .map(|peeked| {
-                peeked.unwrap_or_else(|| A::peek(policy, None, check.cost(), self.now_nanos()))
-            });
+        let result = self.peek_inner(check);
         let outcome = match &result {
             Ok(decision) => AdmissionOutcome::of_peek(decision),
             Err(_) => AdmissionOutcome::of_failure(false),
         };
         report.finish(Operation::Peek, std::slice::from_ref(check), outcome);
         result
+    }
+
+    /// [`peek`](Self::peek), unobserved.
+    fn peek_inner(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
+        let policy = check.policy();
+        let carries = check.carries();
+        let peeked = self.with_entry(check, |held, now| {
+            let state = held.state();
+            (!carries || A::deadline(&state) > now)
+                .then(|| A::peek(policy, Some(state), check.cost(), now))
+        })?;
+        if let Some(Some(decision)) = peeked {
+            return Ok(decision);
+        }
+        let now = self.now_nanos();
+        let carried = if carries {
+            self.carried(check, now)?.map(|(state, _)| state)
+        } else {
+            None
+        };
+        Ok(A::peek(policy, carried, check.cost(), now))
+    }
+
+    /// The state `check`'s counter starts from when it holds no live state:
+    /// that of the first of its carry sources stored here that holds live
+    /// state, translated at `now`, and which source it was. Reads each source
+    /// under its entry's lock, with no other lock held.
+    #[cold]
+    fn carried(
+        &self,
+        check: &Check<'_, A::Policy>,
+        now: u64,
+    ) -> Result<Option<(A::State, CarriedFrom)>, MemoryStoreError> {
+        let to = check.policy().kind();
+        for source in check.carry_sources() {
+            let read = self.with_counter(source.counter(), |held, _| {
+                A::carry_source(source.policy(), &held.state())
+            })?;
+            let carried = read
+                .flatten()
+                .and_then(|state| carry(source.policy(), &state, to, now))
+                .and_then(|state| A::carried(check.policy(), state));
+            if let Some(state) = carried {
+                return Ok(Some((state, source.from())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Tells the observer that `check`'s counter carried a source's state.
+    fn report_carry(&self, check: &Check<'_, A::Policy>, from: CarriedFrom) {
+        if let Some(observer) = &self.observer {
+            let observation = CarryObservation::new(PolicyLabel::of(check), from);
+            notify(&**observer, |observer| observer.on_carry(&observation));
+        }
     }
 
     /// Forgets `subject`'s counter for `policy` and returns whether a live
@@ -789,8 +917,8 @@ impl<A: Algorithm> Store<A> {
     ) -> Result<bool, MemoryStoreError> {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let check = Check::new(policy, *subject);
-        let result = self
-            .with_entry(&check, |held, now| {
+        let forget = |counter: &CounterKey| {
+            self.with_counter(counter, |held, now| {
                 let state = held.state();
                 if A::deadline(&state) <= now {
                     return false;
@@ -798,7 +926,14 @@ impl<A: Algorithm> Store<A> {
                 held.commit(A::forget(state, now));
                 true
             })
-            .map(|existed| existed == Some(true));
+            .map(|existed| existed == Some(true))
+        };
+        // A reset counter must not carry its sources' state again.
+        let result = check
+            .carry_sources()
+            .try_fold(forget(&check.counter_key())?, |existed, source| {
+                Ok(forget(source.counter())? || existed)
+            });
         let outcome = match &result {
             Ok(existed) => AdmissionOutcome::of_reset(*existed),
             Err(_) => AdmissionOutcome::of_failure(false),
@@ -815,7 +950,16 @@ impl<A: Algorithm> Store<A> {
         check: &Check<'_, A::Policy>,
         operate: impl FnOnce(HeldEntry<'_, A::State>, u64) -> T,
     ) -> Result<Option<T>, MemoryStoreError> {
-        let key = StoreKey::new(&check.counter_key());
+        self.with_counter(&check.counter_key(), operate)
+    }
+
+    /// [`with_entry`](Self::with_entry) for any counter of the store.
+    fn with_counter<T>(
+        &self,
+        counter: &CounterKey,
+        operate: impl FnOnce(HeldEntry<'_, A::State>, u64) -> T,
+    ) -> Result<Option<T>, MemoryStoreError> {
+        let key = StoreKey::new(counter);
         let shard_index = key.shard(self.shards.len());
         let shard = &self.shards[shard_index];
         let run = |entry: &Entry<A::State>| {
@@ -951,6 +1095,26 @@ impl<A: Algorithm> Store<A> {
 }
 
 /// Where `shard` is in a batch's ascending list of the shards it touches.
+/// The state a check starts from: the stored one while it is live;
+/// otherwise the carried one, if any (over an expired entry, with the next
+/// version, so the entry's receipts credit nothing), with its source;
+/// otherwise the stored one.
+fn start_from<A: Algorithm>(
+    found: Option<A::State>,
+    carried: Option<(A::State, CarriedFrom)>,
+    now: u64,
+) -> (Option<A::State>, Option<CarriedFrom>) {
+    match (found, carried) {
+        (Some(state), _) if A::deadline(&state) > now => (Some(state), None),
+        (Some(state), Some((carried, from))) => (
+            Some(carried.with_version(next_version(state.version()))),
+            Some(from),
+        ),
+        (None, Some((carried, from))) => (Some(carried), Some(from)),
+        (found, None) => (found, None),
+    }
+}
+
 fn position_in(shard_indices: &[usize], shard: usize) -> usize {
     if shard_indices.len() == 1 {
         0

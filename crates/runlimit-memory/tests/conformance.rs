@@ -3,12 +3,15 @@
 use std::time::Duration;
 
 use runlimit_conformance::{
-    TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
-    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
-    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
-    sliding_window_suite,
+    TimeControl, any_policy_carry_suite, fixed_window_carry_suite, fixed_window_grant_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
+    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
-use runlimit_memory::{GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore};
+use runlimit_memory::{
+    AnyStore, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore,
+};
 
 struct Manual(ManualClock);
 
@@ -68,4 +71,13 @@ async fn sliding_window_store_passes_the_sliding_window_suite() {
         sliding_window_settle_suite(&store, &Manual(clock)).await;
         sliding_window_grant_suite(&store).await;
     }
+}
+
+#[tokio::test]
+async fn every_store_carries_state_across_a_change() {
+    let clock = ManualClock::new();
+    fixed_window_carry_suite(&MemoryStore::new(config()).with_clock(clock.clone())).await;
+    sliding_window_carry_suite(&SlidingWindowStore::new(config()).with_clock(clock.clone())).await;
+    gcra_carry_suite(&GcraStore::new(config()).with_clock(clock.clone())).await;
+    any_policy_carry_suite(&AnyStore::new(config()).with_clock(clock)).await;
 }
