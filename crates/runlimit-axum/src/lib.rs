@@ -8,10 +8,12 @@
 //! * [`KeyExtractor`]s turn the request head into opaque
 //!   [`SubjectKey`](runlimit_core::SubjectKey)s; the layer never reads forwarding
 //!   headers, `ConnectInfo`, cookies or identities itself;
-//! * a [`RejectionMapper`] owns status, headers and body for missing metadata,
+//! * a [`RejectionMapper`] owns status, headers and body for missing keys,
 //!   enforced quota denials, capacity denials and backend failures
-//!   ([`DefaultRejection`] answers 429 with `Retry-After` and draft `RateLimit`
-//!   fields, or 503);
+//!   ([`DefaultRejection`] answers with RFC 9457 problem details: 429 with
+//!   `Retry-After` and draft `RateLimit` fields, 400 or 401 for a value the
+//!   caller must send, 500 for metadata the service failed to provide, 503
+//!   when the backend cannot decide);
 //! * a [`FailureMode`] decides backend errors: fail closed unless the
 //!   application explicitly fails open with an observing hook.
 //!
@@ -87,7 +89,7 @@ pub use body::{BodyKeyed, BodyMode, HeadKeyed, RequestBody};
 pub use charge::Used;
 pub use connection::PeerConnection;
 pub use context::{AppliedPolicy, RateLimitContext};
-pub use extract::{KeyExtractor, MissingMetadata};
+pub use extract::{Challenge, KeyExtractor, MissingMetadata, Provider};
 pub use extractors::{FromExtension, PeerIp, PrefixError};
 pub use failure::FailureMode;
 pub use fields::ResponseFields;
