@@ -22,7 +22,7 @@ use crate::{
 
 /// A hasher, and the same hasher prepared for the one policy it was added for.
 #[derive(Clone)]
-struct Hashing {
+pub(crate) struct Hashing {
     hasher: KeyHasher,
     prepared: Option<Prepared>,
 }
@@ -37,14 +37,14 @@ struct Prepared {
 }
 
 impl Hashing {
-    fn new(hasher: &KeyHasher) -> Self {
+    pub(crate) fn new(hasher: &KeyHasher) -> Self {
         Self {
             hasher: hasher.clone(),
             prepared: None,
         }
     }
 
-    fn prepare<P: Policy>(&mut self, policy: &P) {
+    pub(crate) fn prepare<P: Policy>(&mut self, policy: &P) {
         self.prepared = Some(Prepared {
             fingerprint: *policy.fingerprint(),
             hasher: self.hasher.prepared_for(policy),
@@ -60,7 +60,7 @@ impl Hashing {
             .filter(|prepared| prepared.fingerprint == *policy.fingerprint())
     }
 
-    fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
+    pub(crate) fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
         match self.prepared_for(policy) {
             // The prepared hasher derives the same keys, faster, for its policy.
             Some(prepared) => prepared.hasher.hash_for(policy, subject),

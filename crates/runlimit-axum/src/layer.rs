@@ -102,6 +102,8 @@ pub(crate) struct Rule<P> {
     pub(crate) applies: Option<Applies>,
     /// Whether the policy's quota appears in response fields.
     pub(crate) disclosed: bool,
+    /// Whether the extractor reads the buffered request body.
+    pub(crate) reads_body: bool,
 }
 
 impl<P> Clone for Rule<P> {
@@ -111,6 +113,7 @@ impl<P> Clone for Rule<P> {
             extractor: Arc::clone(&self.extractor),
             applies: self.applies.clone(),
             disclosed: self.disclosed,
+            reads_body: self.reads_body,
         }
     }
 }
@@ -141,6 +144,8 @@ pub(crate) struct Config<L: Limiter, M> {
     pub(crate) shared_check: Option<SharedCheck<L>>,
     /// Whether the application declared it runs as one process.
     pub(crate) process_local_allowed: bool,
+    /// Whether the layer buffers request bodies for its extractors.
+    pub(crate) body_buffered: bool,
 }
 
 impl<L: Limiter, M> Config<L, M> {
@@ -198,6 +203,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             reserve: self.reserve.clone(),
             shared_check: self.shared_check.clone(),
             process_local_allowed: self.process_local_allowed,
+            body_buffered: self.body_buffered,
         }
     }
 }
@@ -333,6 +339,7 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection, HeadKeyed> {
                 reserve: None,
                 shared_check: None,
                 process_local_allowed: false,
+                body_buffered: false,
             }),
             body: HeadKeyed,
         }
@@ -365,6 +372,7 @@ where
         let meta = PolicyMeta::fixed(&*policy);
         self.config_mut().push_rule(Rule {
             source: PolicySource::Fixed { policy, meta },
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -384,6 +392,7 @@ where
     ) -> Self {
         self.config_mut().push_rule(Rule {
             source: PolicySource::Select(Arc::new(select)),
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -408,6 +417,7 @@ where
             Arc::new(move |parts: &Parts| Box::pin(select(parts)));
         self.config_mut().push_rule(Rule {
             source: PolicySource::SelectAsync(select),
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -514,6 +524,7 @@ where
             reserve,
             shared_check,
             process_local_allowed,
+            body_buffered,
             ..
         } = Arc::unwrap_or_clone(self.config);
         RateLimitLayer {
@@ -530,6 +541,7 @@ where
                 reserve,
                 shared_check,
                 process_local_allowed,
+                body_buffered,
             }),
             body: self.body,
         }
@@ -565,7 +577,8 @@ where
     /// The request body type must be buildable from the bytes read
     /// (`From<Bytes>`), as axum's `Body` is.
     #[must_use]
-    pub fn key_reads_body(self, limit: usize) -> RateLimitLayer<L, M, BodyKeyed> {
+    pub fn key_reads_body(mut self, limit: usize) -> RateLimitLayer<L, M, BodyKeyed> {
+        self.config_mut().body_buffered = true;
         RateLimitLayer {
             config: self.config,
             body: BodyKeyed {
@@ -830,7 +843,18 @@ where
 impl<S, L: Limiter, M, B: Copy> Layer<S> for RateLimitLayer<L, M, B> {
     type Service = RateLimitService<S, L, M, B>;
 
+    /// # Panics
+    ///
+    /// When a check's extractor reads the request body (a
+    /// [`BodyField`](crate::BodyField)) and the layer does not
+    /// [buffer it](Self::key_reads_body): a mistake in building the layer,
+    /// found when it is applied rather than on every request.
     fn layer(&self, inner: S) -> Self::Service {
+        assert!(
+            self.config.body_buffered || !self.config.rules.iter().any(|rule| rule.reads_body),
+            "RateLimitLayer: a check keys on the request body, which the layer does not buffer; \
+             call key_reads_body(limit) on it"
+        );
         RateLimitService::new(inner, Arc::clone(&self.config), self.body)
     }
 }
