@@ -268,6 +268,9 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 ///
 /// # Examples
 ///
+/// Apply it with `route_layer`, so that paths the router does not have are
+/// still answered 404 by its fallback, never checked:
+///
 /// ```
 /// use std::{net::SocketAddr, sync::Arc, time::Duration};
 ///
@@ -297,7 +300,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// });
 /// let app: Router = Router::new()
 ///     .route("/login", post(|| async { "welcome" }))
-///     .layer(layer);
+///     .route_layer(layer);
 /// # let _ = app;
 /// # Ok(())
 /// # }
@@ -425,15 +428,15 @@ where
         self
     }
 
-    /// Makes the check added last apply only to requests `applies` accepts
-    /// (Suprnova's `only_when`). For other requests the check is left out
+    /// Makes the check added last apply only to requests `applies` accepts.
+    /// For other requests the check is left out
     /// entirely: no key, no quota consumed, no context entry, no field. A
     /// password-reset request that names no account is then not counted
     /// against a per-recipient limit, while the layer's other checks still
     /// run.
     ///
-    /// This is not how to handle trusted metadata that is missing: a request a
-    /// check applies to but cannot key is still rejected, never admitted.
+    /// This is not how to handle a key that is missing: a request a check
+    /// applies to but cannot key is still rejected, never admitted.
     /// A layer that [keys on the body](Self::key_reads_body) can read it here
     /// as the [`RequestBody`](crate::RequestBody) extension.
     ///
@@ -556,8 +559,8 @@ where
     /// Buffers each request's body, up to `limit` bytes, before any key is
     /// extracted, so extractors and [`only_when`](Self::only_when) predicates
     /// can read a field of a login or password-reset form from the
-    /// [`RequestBody`](crate::RequestBody) extension (Suprnova's
-    /// `key_reads_body`).
+    /// [`RequestBody`](crate::RequestBody) extension; a
+    /// [`BodyField`](crate::BodyField) reads a form or JSON field from it.
     ///
     /// A body over the cap (declared by `Content-Length` or read) is answered
     /// 413 and never admitted unkeyed, so padding a body is no way out of the
@@ -770,11 +773,10 @@ where
     /// Requires every check's quota to be shared across replicas: fails, when
     /// the layer is built, if the backend keeps a fixed check's policy in
     /// process memory (a tiered limiter's local gate, deliberately
-    /// per-process in front of a shared quota, passes) (Suprnova refuses an in-memory limiter in production for
-    /// the same reason: behind N replicas a limit of 5 is really 5 × N, and
-    /// every deploy resets it, and nothing says so). Policies selected per
-    /// request are checked per request and refused (as a backend failure)
-    /// when process-local.
+    /// per-process in front of a shared quota, passes): behind N replicas a
+    /// process-local limit of 5 is really 5 × N, every deploy resets it, and
+    /// nothing else says so. Policies selected per request are checked per
+    /// request and refused (as a backend failure) when process-local.
     ///
     /// Call it after adding the checks. A service that really runs as one
     /// process says so with [`allow_process_local`](Self::allow_process_local).
@@ -806,9 +808,8 @@ impl<L: Limiter, M, B> RateLimitLayer<L, M, B> {
     /// Declares that this service runs as a single process, so a
     /// process-local quota is the whole quota:
     /// [`require_shared`](Self::require_shared), called after it, then accepts
-    /// any backend. An explicit choice, like Suprnova's
-    /// `RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION`, made in code rather than by
-    /// leaving the guard out (say, from the deployment's configuration).
+    /// any backend. An explicit choice, made in code rather than by leaving
+    /// the guard out (say, from the deployment's configuration).
     #[must_use]
     pub fn allow_process_local(mut self) -> Self {
         self.config_mut().process_local_allowed = true;
