@@ -429,11 +429,10 @@ where
     }
 
     /// Makes the check added last apply only to requests `applies` accepts.
-    /// For other requests the check is left out
-    /// entirely: no key, no quota consumed, no context entry, no field. A
-    /// password-reset request that names no account is then not counted
-    /// against a per-recipient limit, while the layer's other checks still
-    /// run.
+    /// For other requests the check is left out entirely: no key, no quota
+    /// consumed, no context entry, no field. A password-reset request that
+    /// names no account is then not counted against a per-recipient limit,
+    /// while the layer's other checks still run.
     ///
     /// This is not how to handle a key that is missing: a request a check
     /// applies to but cannot key is still rejected, never admitted.

@@ -133,12 +133,12 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 response
             }
             Rejection::MissingMetadata { missing, .. } => match missing.provider() {
-                Provider::Caller => problem(
+                Provider::Caller => status_problem(
                     StatusCode::BAD_REQUEST,
                     format!("missing or unusable: {}", missing.reason()),
                 ),
                 Provider::CallerCredentials(challenge) => {
-                    let mut response = problem(
+                    let mut response = status_problem(
                         StatusCode::UNAUTHORIZED,
                         format!("missing or unusable: {}", missing.reason()),
                     );
@@ -149,25 +149,25 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 }
                 // The reason describes the service's own configuration: it
                 // stays in the service.
-                Provider::Service => problem(
+                Provider::Service => status_problem(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "request cannot be attributed for rate limiting",
                 ),
             },
-            Rejection::PayloadTooLarge { limit } => problem(
+            Rejection::PayloadTooLarge { limit } => status_problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body larger than {limit} bytes"),
             ),
             Rejection::BodyUnreadable => {
-                problem(StatusCode::BAD_REQUEST, "request body unreadable")
+                status_problem(StatusCode::BAD_REQUEST, "request body unreadable")
             }
-            Rejection::BodyTimedOut { .. } => problem(
+            Rejection::BodyTimedOut { .. } => status_problem(
                 StatusCode::REQUEST_TIMEOUT,
                 "request body not received in time",
             ),
             Rejection::StorageCapacity { retry_after, .. } => {
                 let mut response =
-                    problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");
+                    status_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");
                 if let Some(retry_after) = retry_after {
                     response
                         .headers_mut()
@@ -176,14 +176,14 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 response
             }
             Rejection::BackendFailure { .. } => {
-                problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable")
+                status_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable")
             }
         }
     }
 }
 
 /// An `about:blank` problem for `status`, with `detail`.
-fn problem<B: From<String>>(status: StatusCode, detail: impl Into<String>) -> Response<B> {
+fn status_problem<B: From<String>>(status: StatusCode, detail: impl Into<String>) -> Response<B> {
     problem_response(status, &Problem::new(status).with_detail(detail))
 }
 
