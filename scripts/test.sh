@@ -150,6 +150,12 @@ cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin sliding_window
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin topology
+# The README's layer example served over TCP (unknown paths 404, a login
+# admitted then 429), and its testing section's test.
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin axum_layer
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin testing_handlers
 
 # The client example the README points to: two rate-limited APIs called by
 # twenty callers each, none refused (it fails otherwise).

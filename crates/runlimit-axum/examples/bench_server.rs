@@ -85,15 +85,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 axum::serve(
                     limited,
                     hello()
-                        .layer(layer)
+                        .route_layer(layer)
                         .into_make_service_with_connect_info::<PeerConnection>(),
                 )
                 .await
             },
             serve(plain, governed(hello(), false)),
             serve(headers, governed(hello(), true)),
-            serve(unhashed_listener, hello().layer(unhashed)),
-            serve(per_request_listener, hello().layer(per_request)),
+            serve(unhashed_listener, hello().route_layer(unhashed)),
+            serve(per_request_listener, hello().route_layer(per_request)),
         );
         a?;
         b?;

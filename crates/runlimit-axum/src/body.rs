@@ -20,6 +20,7 @@ use bytes::Bytes;
 use http::{header::CONTENT_LENGTH, request::Parts};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
+use serde::de::{self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, Visitor};
 
 use crate::rejection::Rejection;
 
@@ -65,6 +66,77 @@ impl RequestBody {
     pub fn json_str(&self, name: &str) -> Option<String> {
         let value: serde_json::Value = serde_json::from_slice(&self.0).ok()?;
         value.get(name)?.as_str().map(str::to_owned)
+    }
+
+    /// The value of form field `name` when the body names it exactly once:
+    /// a caller who sends it twice must not choose which one counts.
+    pub(crate) fn sole_form_field(&self, name: &str) -> Option<Cow<'_, str>> {
+        let mut values = form_urlencoded::parse(&self.0)
+            .filter(|(field, _)| field == name)
+            .map(|(_, value)| value);
+        let value = values.next()?;
+        values.next().is_none().then_some(value)
+    }
+
+    /// The string value of top-level field `name` when the body is one JSON
+    /// object that names it exactly once, read without building the rest of
+    /// the document.
+    pub(crate) fn sole_json_str(&self, name: &str) -> Option<String> {
+        let mut reader = serde_json::Deserializer::from_slice(&self.0);
+        let value = reader.deserialize_map(SoleJsonField(name)).ok()?;
+        // Nothing but whitespace may follow the object.
+        reader.end().ok()?;
+        value
+    }
+}
+
+/// Finds the string value of one top-level field of a JSON object, refusing
+/// a document that names the field twice.
+struct SoleJsonField<'n>(&'n str);
+
+impl<'de> Visitor<'de> for SoleJsonField<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(is_field) = map.next_key_seed(IsField(self.0))? {
+            if !is_field {
+                map.next_value::<IgnoredAny>()?;
+            } else if found.is_none() {
+                found = Some(map.next_value::<String>()?);
+            } else {
+                return Err(A::Error::custom("a field named twice"));
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Whether a JSON object's key is the field sought, compared without
+/// copying it.
+struct IsField<'n>(&'n str);
+
+impl<'de> DeserializeSeed<'de> for IsField<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsField<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
     }
 }
 

@@ -57,7 +57,7 @@ const KEPT_KEYS: usize = 4;
 /// )?;
 /// let layer = RateLimitLayer::new(MemoryStore::new(MemoryStoreConfig::new(100_000)?))
 ///     .check(per_client, PeerIp::new(&hasher));
-/// let app = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+/// let app = Router::new().route("/", get(|| async { "hello" })).route_layer(layer);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 /// axum::serve(listener, app.into_make_service_with_connect_info::<PeerConnection>()).await?;
 /// # Ok(())
@@ -92,7 +92,7 @@ impl PeerConnection {
     /// let store = MemoryStore::new(MemoryStoreConfig::new(10_000)?);
     /// let app: Router = Router::new()
     ///     .route("/", get(|| async { "hello" }))
-    ///     .layer(RateLimitLayer::new(store).check(per_client, PeerIp::new(&hasher)))
+    ///     .route_layer(RateLimitLayer::new(store).check(per_client, PeerIp::new(&hasher)))
     ///     .layer(MockConnectInfo(PeerConnection::new(SocketAddr::from((
     ///         [192, 0, 2, 1],
     ///         40_000,

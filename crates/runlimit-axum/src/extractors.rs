@@ -22,7 +22,7 @@ use crate::{
 
 /// A hasher, and the same hasher prepared for the one policy it was added for.
 #[derive(Clone)]
-struct Hashing {
+pub(crate) struct Hashing {
     hasher: KeyHasher,
     prepared: Option<Prepared>,
 }
@@ -37,14 +37,14 @@ struct Prepared {
 }
 
 impl Hashing {
-    fn new(hasher: &KeyHasher) -> Self {
+    pub(crate) fn new(hasher: &KeyHasher) -> Self {
         Self {
             hasher: hasher.clone(),
             prepared: None,
         }
     }
 
-    fn prepare<P: Policy>(&mut self, policy: &P) {
+    pub(crate) fn prepare<P: Policy>(&mut self, policy: &P) {
         self.prepared = Some(Prepared {
             fingerprint: *policy.fingerprint(),
             hasher: self.hasher.prepared_for(policy),
@@ -60,7 +60,7 @@ impl Hashing {
             .filter(|prepared| prepared.fingerprint == *policy.fingerprint())
     }
 
-    fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
+    pub(crate) fn hash<P: Policy>(&self, policy: &P, subject: &[u8]) -> SubjectKey {
         match self.prepared_for(policy) {
             // The prepared hasher derives the same keys, faster, for its policy.
             Some(prepared) => prepared.hasher.hash_for(policy, subject),
@@ -224,28 +224,76 @@ impl fmt::Debug for PeerIp {
 
 /// Keys a check on a request extension of type `T` that an earlier,
 /// trusted layer inserted with a value it normalized (a client address it
-/// resolved behind trusted proxies, the account a login names, lower-cased):
-/// the subject hashed is `value.as_ref()`. A request without the extension
-/// is rejected as missing metadata, never admitted unkeyed.
+/// resolved behind trusted proxies, a tenant it authenticated): the subject
+/// hashed is `value.as_ref()`. A request without the extension is the
+/// service's own failure (500 by default), never admitted unkeyed. For
+/// values the caller sends itself, [`FromHeader`](crate::FromHeader) and
+/// [`BodyField`](crate::BodyField) read them directly.
+///
+/// The earlier layer is the application's: a middleware that establishes
+/// the value and inserts it, applied outside the rate-limit layer, so that
+/// it runs first. With axum, a `middleware::from_fn` added with `.layer`
+/// after the rate-limit layer's `.route_layer`:
 ///
 /// ```
-/// use runlimit_axum::FromExtension;
-/// use runlimit_core::KeyHasher;
+/// use std::{net::{IpAddr, SocketAddr}, time::Duration};
 ///
-/// /// The account a login names, trimmed and lower-cased by the application.
+/// use axum::{
+///     Router,
+///     extract::{ConnectInfo, Request},
+///     middleware::{self, Next},
+///     response::Response,
+///     routing::post,
+/// };
+/// use runlimit_axum::{FromExtension, RateLimitLayer};
+/// use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
+/// use runlimit_memory::{MemoryStore, MemoryStoreConfig};
+///
+/// /// The client's network, resolved behind the service's own proxies.
 /// #[derive(Clone)]
-/// struct LoginAccount(String);
+/// struct ClientAddress([u8; 16]);
 ///
-/// impl AsRef<[u8]> for LoginAccount {
+/// impl AsRef<[u8]> for ClientAddress {
 ///     fn as_ref(&self) -> &[u8] {
-///         self.0.as_bytes()
+///         &self.0
 ///     }
 /// }
 ///
+/// /// Believes `X-Forwarded-For` only from a trusted proxy (here: loopback).
+/// async fn resolve_client(mut request: Request, next: Next) -> Response {
+///     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| peer.ip());
+///     if let Some(peer) = peer {
+///         let forwarded = request
+///             .headers()
+///             .get("x-forwarded-for")
+///             .and_then(|value| value.to_str().ok())
+///             .and_then(|value| value.rsplit(',').next())
+///             .and_then(|value| value.trim().parse::<IpAddr>().ok());
+///         let client = forwarded.filter(|_| peer.is_loopback()).unwrap_or(peer);
+///         let client = match client {
+///             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+///             // One IPv6 host usually owns a whole /64: key on that.
+///             IpAddr::V6(v6) => (u128::from(v6) & !u128::from(u64::MAX)).to_be_bytes(),
+///         };
+///         request.extensions_mut().insert(ClientAddress(client));
+///     }
+///     next.run(request).await
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let hasher = KeyHasher::new(b"load a 32+ byte secret from secret storage")?;
-/// let per_account = FromExtension::<LoginAccount>::new(&hasher);
-/// # let _ = per_account;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// let per_client = FixedWindowPolicy::new(PolicyId::new("auth.login")?, ScopeId::new("client")?, 40, Duration::from_secs(60))?;
+/// let app: Router = Router::new()
+///     .route("/login", post(|| async { "welcome" }))
+///     .route_layer(
+///         RateLimitLayer::new(MemoryStore::new(MemoryStoreConfig::new(50_000)?))
+///             .check(per_client, FromExtension::<ClientAddress>::new(&hasher)),
+///     )
+///     // Added last, so it runs first.
+///     .layer(middleware::from_fn(resolve_client));
+/// # let _ = app;
+/// # Ok(())
+/// # }
 /// ```
 pub struct FromExtension<T> {
     hashing: Hashing,

@@ -38,8 +38,8 @@ pub enum ResponseFields {
     #[default]
     Draft,
     /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix
-    /// seconds) and, on denials, `Retry-After`, the shape Laravel and many API
-    /// clients read. The fields hold one quota, so they report the most
+    /// seconds) and, on denials, `Retry-After`, the older de-facto shape many
+    /// API clients read. The fields hold one quota, so they report the most
     /// restrictive reported policy: the fewest units remaining, then the
     /// latest reset.
     Legacy,

@@ -5,12 +5,17 @@ use std::time::Duration;
 use http::Response;
 use tonic::{Status, metadata::MetadataValue};
 
-use crate::rejection::{Rejection, RejectionMapper};
+use crate::{
+    extract::Provider,
+    rejection::{Rejection, RejectionMapper},
+};
 
 /// Answers rejections the way gRPC clients expect: a trailers-only response
 /// whose `grpc-status` is `RESOURCE_EXHAUSTED` for quota denials and
-/// `UNAVAILABLE` for capacity denials and backend failures (`INTERNAL` for
-/// missing metadata). Retry times travel as `grpc-retry-pushback-ms` (the gRPC
+/// `UNAVAILABLE` for capacity denials and backend failures; a value the
+/// caller must send that is missing is `INVALID_ARGUMENT` (`UNAUTHENTICATED`
+/// for credentials), trusted metadata the service failed to provide
+/// `INTERNAL`. Retry times travel as `grpc-retry-pushback-ms` (the gRPC
 /// retry-throttling convention) and `retry-after` (whole seconds), both
 /// rounded up so a client waiting them is never early.
 ///
@@ -56,8 +61,21 @@ impl GrpcRejection {
             Rejection::BackendFailure { .. } => {
                 (Status::unavailable("rate limiter unavailable"), None)
             }
-            Rejection::MissingMetadata { .. } => (
-                Status::internal("request cannot be attributed for rate limiting"),
+            Rejection::MissingMetadata { missing, .. } => (
+                match missing.provider() {
+                    Provider::Caller => Status::invalid_argument(format!(
+                        "missing or unusable: {}",
+                        missing.reason()
+                    )),
+                    Provider::CallerCredentials(_) => Status::unauthenticated(format!(
+                        "missing or unusable: {}",
+                        missing.reason()
+                    )),
+                    // The reason describes the service's own configuration.
+                    Provider::Service => {
+                        Status::internal("request cannot be attributed for rate limiting")
+                    }
+                },
                 None,
             ),
         }

@@ -102,6 +102,8 @@ pub(crate) struct Rule<P> {
     pub(crate) applies: Option<Applies>,
     /// Whether the policy's quota appears in response fields.
     pub(crate) disclosed: bool,
+    /// Whether the extractor reads the buffered request body.
+    pub(crate) reads_body: bool,
 }
 
 impl<P> Clone for Rule<P> {
@@ -111,6 +113,7 @@ impl<P> Clone for Rule<P> {
             extractor: Arc::clone(&self.extractor),
             applies: self.applies.clone(),
             disclosed: self.disclosed,
+            reads_body: self.reads_body,
         }
     }
 }
@@ -141,6 +144,8 @@ pub(crate) struct Config<L: Limiter, M> {
     pub(crate) shared_check: Option<SharedCheck<L>>,
     /// Whether the application declared it runs as one process.
     pub(crate) process_local_allowed: bool,
+    /// Whether the layer buffers request bodies for its extractors.
+    pub(crate) body_buffered: bool,
 }
 
 impl<L: Limiter, M> Config<L, M> {
@@ -198,6 +203,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
             reserve: self.reserve.clone(),
             shared_check: self.shared_check.clone(),
             process_local_allowed: self.process_local_allowed,
+            body_buffered: self.body_buffered,
         }
     }
 }
@@ -262,6 +268,9 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 ///
 /// # Examples
 ///
+/// Apply it with `route_layer`, so that paths the router does not have are
+/// still answered 404 by its fallback, never checked:
+///
 /// ```
 /// use std::{net::SocketAddr, sync::Arc, time::Duration};
 ///
@@ -291,7 +300,7 @@ impl<L: Limiter, M> Clone for Config<L, M> {
 /// });
 /// let app: Router = Router::new()
 ///     .route("/login", post(|| async { "welcome" }))
-///     .layer(layer);
+///     .route_layer(layer);
 /// # let _ = app;
 /// # Ok(())
 /// # }
@@ -333,6 +342,7 @@ impl<L: Limiter> RateLimitLayer<L, DefaultRejection, HeadKeyed> {
                 reserve: None,
                 shared_check: None,
                 process_local_allowed: false,
+                body_buffered: false,
             }),
             body: HeadKeyed,
         }
@@ -365,6 +375,7 @@ where
         let meta = PolicyMeta::fixed(&*policy);
         self.config_mut().push_rule(Rule {
             source: PolicySource::Fixed { policy, meta },
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -384,6 +395,7 @@ where
     ) -> Self {
         self.config_mut().push_rule(Rule {
             source: PolicySource::Select(Arc::new(select)),
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -408,6 +420,7 @@ where
             Arc::new(move |parts: &Parts| Box::pin(select(parts)));
         self.config_mut().push_rule(Rule {
             source: PolicySource::SelectAsync(select),
+            reads_body: extractor.reads_body(),
             extractor: Arc::new(extractor),
             applies: None,
             disclosed: true,
@@ -415,15 +428,14 @@ where
         self
     }
 
-    /// Makes the check added last apply only to requests `applies` accepts
-    /// (Suprnova's `only_when`). For other requests the check is left out
-    /// entirely: no key, no quota consumed, no context entry, no field. A
-    /// password-reset request that names no account is then not counted
-    /// against a per-recipient limit, while the layer's other checks still
-    /// run.
+    /// Makes the check added last apply only to requests `applies` accepts.
+    /// For other requests the check is left out entirely: no key, no quota
+    /// consumed, no context entry, no field. A password-reset request that
+    /// names no account is then not counted against a per-recipient limit,
+    /// while the layer's other checks still run.
     ///
-    /// This is not how to handle trusted metadata that is missing: a request a
-    /// check applies to but cannot key is still rejected, never admitted.
+    /// This is not how to handle a key that is missing: a request a check
+    /// applies to but cannot key is still rejected, never admitted.
     /// A layer that [keys on the body](Self::key_reads_body) can read it here
     /// as the [`RequestBody`](crate::RequestBody) extension.
     ///
@@ -514,6 +526,7 @@ where
             reserve,
             shared_check,
             process_local_allowed,
+            body_buffered,
             ..
         } = Arc::unwrap_or_clone(self.config);
         RateLimitLayer {
@@ -530,6 +543,7 @@ where
                 reserve,
                 shared_check,
                 process_local_allowed,
+                body_buffered,
             }),
             body: self.body,
         }
@@ -544,8 +558,8 @@ where
     /// Buffers each request's body, up to `limit` bytes, before any key is
     /// extracted, so extractors and [`only_when`](Self::only_when) predicates
     /// can read a field of a login or password-reset form from the
-    /// [`RequestBody`](crate::RequestBody) extension (Suprnova's
-    /// `key_reads_body`).
+    /// [`RequestBody`](crate::RequestBody) extension; a
+    /// [`BodyField`](crate::BodyField) reads a form or JSON field from it.
     ///
     /// A body over the cap (declared by `Content-Length` or read) is answered
     /// 413 and never admitted unkeyed, so padding a body is no way out of the
@@ -565,7 +579,8 @@ where
     /// The request body type must be buildable from the bytes read
     /// (`From<Bytes>`), as axum's `Body` is.
     #[must_use]
-    pub fn key_reads_body(self, limit: usize) -> RateLimitLayer<L, M, BodyKeyed> {
+    pub fn key_reads_body(mut self, limit: usize) -> RateLimitLayer<L, M, BodyKeyed> {
+        self.config_mut().body_buffered = true;
         RateLimitLayer {
             config: self.config,
             body: BodyKeyed {
@@ -757,11 +772,10 @@ where
     /// Requires every check's quota to be shared across replicas: fails, when
     /// the layer is built, if the backend keeps a fixed check's policy in
     /// process memory (a tiered limiter's local gate, deliberately
-    /// per-process in front of a shared quota, passes) (Suprnova refuses an in-memory limiter in production for
-    /// the same reason: behind N replicas a limit of 5 is really 5 × N, and
-    /// every deploy resets it, and nothing says so). Policies selected per
-    /// request are checked per request and refused (as a backend failure)
-    /// when process-local.
+    /// per-process in front of a shared quota, passes): behind N replicas a
+    /// process-local limit of 5 is really 5 × N, every deploy resets it, and
+    /// nothing else says so. Policies selected per request are checked per
+    /// request and refused (as a backend failure) when process-local.
     ///
     /// Call it after adding the checks. A service that really runs as one
     /// process says so with [`allow_process_local`](Self::allow_process_local).
@@ -793,9 +807,8 @@ impl<L: Limiter, M, B> RateLimitLayer<L, M, B> {
     /// Declares that this service runs as a single process, so a
     /// process-local quota is the whole quota:
     /// [`require_shared`](Self::require_shared), called after it, then accepts
-    /// any backend. An explicit choice, like Suprnova's
-    /// `RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION`, made in code rather than by
-    /// leaving the guard out (say, from the deployment's configuration).
+    /// any backend. An explicit choice, made in code rather than by leaving
+    /// the guard out (say, from the deployment's configuration).
     #[must_use]
     pub fn allow_process_local(mut self) -> Self {
         self.config_mut().process_local_allowed = true;
@@ -830,7 +843,18 @@ where
 impl<S, L: Limiter, M, B: Copy> Layer<S> for RateLimitLayer<L, M, B> {
     type Service = RateLimitService<S, L, M, B>;
 
+    /// # Panics
+    ///
+    /// When a check's extractor reads the request body (a
+    /// [`BodyField`](crate::BodyField)) and the layer does not
+    /// [buffer it](Self::key_reads_body): a mistake in building the layer,
+    /// found when it is applied rather than on every request.
     fn layer(&self, inner: S) -> Self::Service {
+        assert!(
+            self.config.body_buffered || !self.config.rules.iter().any(|rule| rule.reads_body),
+            "RateLimitLayer: a check keys on the request body, which the layer does not buffer; \
+             call key_reads_body(limit) on it"
+        );
         RateLimitService::new(inner, Arc::clone(&self.config), self.body)
     }
 }

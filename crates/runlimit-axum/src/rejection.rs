@@ -2,20 +2,25 @@
 
 use std::{error::Error, time::Duration};
 
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{Response, StatusCode, header};
 use runlimit_core::Denial;
 use runlimit_http::{
     draft_11::PolicyName,
     legacy::retry_after_value,
-    problem::{self, QuotaExceededProblem},
+    problem::{self, Problem, QuotaExceededProblem},
 };
+use serde::Serialize;
+
+use crate::extract::Provider;
 
 /// Why the layer answered a request itself instead of calling the inner service.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Rejection<'a> {
-    /// A key extractor or policy selector lacked trusted metadata. Never fails
-    /// open.
+    /// A key extractor or policy selector lacked what it needs: trusted
+    /// metadata the service should have provided, or a value the caller must
+    /// send ([`MissingMetadata::provider`](crate::MissingMetadata::provider)
+    /// says which). Never fails open.
     MissingMetadata {
         /// The policy being keyed or selected.
         policy: Option<&'a PolicyName>,
@@ -81,20 +86,26 @@ where
     }
 }
 
-/// The default responses:
+/// The default responses, every one an RFC 9457 problem-details body
+/// (`application/problem+json`):
 ///
-/// * quota exceeded: `429 Too Many Requests` with `Retry-After` and an RFC 9457
-///   problem body naming the policy (when it is disclosed; the layer adds its
-///   rate-limit fields for a disclosed policy, per its
-///   [`ResponseFields`](crate::ResponseFields));
+/// * quota exceeded: `429 Too Many Requests` with `Retry-After`, of the
+///   draft's quota-exceeded problem type, naming the policy when it is
+///   disclosed (the layer adds its rate-limit fields for a disclosed policy,
+///   per its [`ResponseFields`](crate::ResponseFields));
+/// * a value the caller must send missing ([`Provider::Caller`]): `400 Bad
+///   Request`, naming what is missing; missing credentials
+///   ([`Provider::CallerCredentials`]): `401 Unauthorized` with the
+///   extractor's `WWW-Authenticate` challenge;
+/// * trusted metadata missing ([`Provider::Service`]): `500 Internal Server
+///   Error`, since it means the service's own configuration is incomplete;
 /// * a body over the cap: `413 Content Too Large`; an unreadable body: `400 Bad
 ///   Request`; a body not received in time: `408 Request Timeout`;
 /// * storage capacity and backend failure: `503 Service Unavailable`, with
-///   `Retry-After` when a retry time is known;
-/// * missing trusted metadata: `500 Internal Server Error`, since it means the
-///   service's own trust configuration is incomplete.
+///   `Retry-After` when a retry time is known.
 ///
-/// Bodies never contain subjects, keys or backend error text.
+/// Bodies never contain subjects, keys, backend error text or a reason the
+/// service gave for its own missing metadata.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultRejection;
 
@@ -111,27 +122,52 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 } else {
                     Vec::new()
                 };
-                let problem = QuotaExceededProblem::new(named);
-                let body = serde_json::to_string(&problem).unwrap_or_default();
-                let mut response = Response::new(B::from(body));
-                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                let headers = response.headers_mut();
-                headers.insert(header::CONTENT_TYPE, problem::CONTENT_TYPE);
+                let mut response = problem_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &QuotaExceededProblem::new(named),
+                );
                 let retry_after = denial.retry_after().unwrap_or_default();
-                headers.insert(header::RETRY_AFTER, retry_after_value(retry_after));
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, retry_after_value(retry_after));
                 response
             }
-            Rejection::PayloadTooLarge { .. } => {
-                plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+            Rejection::MissingMetadata { missing, .. } => match missing.provider() {
+                Provider::Caller => status_problem(
+                    StatusCode::BAD_REQUEST,
+                    format!("missing or unusable: {}", missing.reason()),
+                ),
+                Provider::CallerCredentials(challenge) => {
+                    let mut response = status_problem(
+                        StatusCode::UNAUTHORIZED,
+                        format!("missing or unusable: {}", missing.reason()),
+                    );
+                    response
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, challenge.to_header_value());
+                    response
+                }
+                // The reason describes the service's own configuration: it
+                // stays in the service.
+                Provider::Service => status_problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "request cannot be attributed for rate limiting",
+                ),
+            },
+            Rejection::PayloadTooLarge { limit } => status_problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {limit} bytes"),
+            ),
+            Rejection::BodyUnreadable => {
+                status_problem(StatusCode::BAD_REQUEST, "request body unreadable")
             }
-            Rejection::BodyUnreadable => plain(StatusCode::BAD_REQUEST, "request body unreadable"),
-            Rejection::BodyTimedOut { .. } => plain(
+            Rejection::BodyTimedOut { .. } => status_problem(
                 StatusCode::REQUEST_TIMEOUT,
                 "request body not received in time",
             ),
             Rejection::StorageCapacity { retry_after, .. } => {
                 let mut response =
-                    plain(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");
+                    status_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter at capacity");
                 if let Some(retry_after) = retry_after {
                     response
                         .headers_mut()
@@ -140,22 +176,25 @@ impl<B: From<String> + Send + 'static> RejectionMapper<B> for DefaultRejection {
                 response
             }
             Rejection::BackendFailure { .. } => {
-                plain(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable")
+                status_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable")
             }
-            Rejection::MissingMetadata { .. } => plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "request cannot be attributed for rate limiting",
-            ),
         }
     }
 }
 
-fn plain<B: From<String>>(status: StatusCode, text: &str) -> Response<B> {
-    let mut response = Response::new(B::from(text.to_owned()));
+/// An `about:blank` problem for `status`, with `detail`.
+fn status_problem<B: From<String>>(status: StatusCode, detail: impl Into<String>) -> Response<B> {
+    problem_response(status, &Problem::new(status).with_detail(detail))
+}
+
+/// A response of `status` whose body is `problem`, as `application/problem+json`.
+fn problem_response<B: From<String>>(status: StatusCode, problem: &impl Serialize) -> Response<B> {
+    // Serializing these structs of strings and integers cannot fail.
+    let body = serde_json::to_string(problem).unwrap_or_default();
+    let mut response = Response::new(B::from(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, problem::CONTENT_TYPE);
     response
 }

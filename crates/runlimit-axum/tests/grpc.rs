@@ -100,3 +100,37 @@ async fn exhausted_grpc_clients_get_resource_exhausted_with_retry_metadata() {
     assert_eq!(anonymous.code(), Code::Internal);
     server.abort();
 }
+
+#[test]
+fn grpc_clients_learn_whether_they_or_the_service_left_the_key_out() {
+    use runlimit_axum::{Challenge, Provider, Rejection, RejectionMapper};
+
+    let code = |missing: MissingMetadata| {
+        let response: http::Response<tonic::body::Body> =
+            GrpcRejection.respond(&Rejection::MissingMetadata {
+                policy: None,
+                missing,
+            });
+        let status = tonic::Status::from_header_map(response.headers()).expect("a gRPC status");
+        (status.code(), status.message().to_owned())
+    };
+    assert_eq!(
+        code(MissingMetadata::from_caller("x-tenant")),
+        (
+            Code::InvalidArgument,
+            "missing or unusable: x-tenant".to_owned()
+        )
+    );
+    assert_eq!(
+        code(
+            MissingMetadata::from_caller("x-api-key").with_provider(Provider::CallerCredentials(
+                Challenge::from_static("ApiKey")
+            ))
+        )
+        .0,
+        Code::Unauthenticated
+    );
+    let (internal, message) = code(MissingMetadata::new("mTLS peer identity"));
+    assert_eq!(internal, Code::Internal);
+    assert!(!message.contains("mTLS"), "{message}");
+}

@@ -52,7 +52,7 @@ async fn our_api() -> Result<SocketAddr, Box<dyn std::error::Error>> {
         };
     let app = Router::new()
         .route("/items", get(|| async { "ok" }))
-        .layer(RateLimitLayer::from_shared(store).check(policy, everyone));
+        .route_layer(RateLimitLayer::from_shared(store).check(policy, everyone));
     serve(app).await
 }
 

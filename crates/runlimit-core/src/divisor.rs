@@ -3,8 +3,8 @@
 //! An allowed GCRA check reports the units left, which takes a division by its
 //! policy's period. A hardware 64-bit division has a latency of tens of cycles,
 //! and on a check bound by cache misses it holds back the misses of the checks
-//! that follow: the memory store's GCRA checks on 100k random keys took 1.15×
-//! governor's time with it and 1.02× without (Intel Xeon, 2 cores). The
+//! that follow: the memory store's GCRA checks on 100k random keys took about
+//! 13% longer with it than without (Intel Xeon, 2 cores). The
 //! policy fixes the divisor when it is built; a multiplication by its
 //! precomputed reciprocal and one correction give the same quotient.
 

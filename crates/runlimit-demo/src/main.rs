@@ -47,7 +47,7 @@ use http::{StatusCode, request::Parts};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use runlimit_axum::{MissingMetadata, RateLimitLayer};
+use runlimit_axum::{FromHeader, MissingMetadata, RateLimitLayer};
 use runlimit_core::{
     AdmissionObservation, Backend, FixedWindowPolicy, Grant, KeyHasher, Lifecycle, Limiter,
     Observer, PolicyId, ScopeId, Shared, SubjectKey, TieredPolicy, observers::MetricsObserver,
@@ -217,9 +217,11 @@ where
         // A caller must not learn how many attempts remain on an account.
         .withhold_fields()
         .count_when(|status, _| !status.is_success());
+    // `route_layer`: only /login is limited, and other paths are still
+    // answered 404 rather than refused for lacking a login's account.
     Router::new()
         .route("/login", post(login))
-        .layer(limits)
+        .route_layer(limits)
         .layer(middleware::from_fn(resolve_client))
 }
 
@@ -561,19 +563,16 @@ where
     let mut apps = Vec::new();
     for _ in 0..options.replicas {
         let leased = Arc::new(Leased::new(shared.clone(), config));
-        let hasher = Arc::clone(hasher);
-        let tenant_key = move |parts: &Parts,
-                               policy: &FixedWindowPolicy|
-              -> Result<SubjectKey, MissingMetadata> {
-            let tenant = parts
-                .headers
-                .get("x-tenant")
-                .ok_or(MissingMetadata::new("tenant"))?;
-            Ok(hasher.hash_for(policy, tenant.as_bytes()))
-        };
-        apps.push(Router::new().route("/api", get(|| async { "ok" })).layer(
-            RateLimitLayer::from_shared(Arc::clone(&leased)).check(policy.clone(), tenant_key),
-        ));
+        // The tenant the caller names; a request without it is answered 400.
+        let tenant_key = FromHeader::new(hasher, "x-tenant")?;
+        apps.push(
+            Router::new()
+                .route("/api", get(|| async { "ok" }))
+                .route_layer(
+                    RateLimitLayer::from_shared(Arc::clone(&leased))
+                        .check(policy.clone(), tenant_key),
+                ),
+        );
         replicas.push(leased);
     }
     let mut servers = Vec::new();

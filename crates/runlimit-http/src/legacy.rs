@@ -1,6 +1,6 @@
 //! The legacy `X-RateLimit-*` fields and `Retry-After`.
 //!
-//! Many clients still read the de-facto shape popularised by GitHub and Laravel:
+//! Many clients still read the older de-facto shape, before the draft fields:
 //!
 //! ```text
 //! X-RateLimit-Limit: 40

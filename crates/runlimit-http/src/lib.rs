@@ -8,7 +8,8 @@
 //!   Structured Field lists, versioned by draft so a later draft can sit beside it.
 //! * [`legacy`]: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
 //!   and `Retry-After`, for clients that expect the older de-facto shape.
-//! * [`problem`]: an RFC 9457 problem-details body for quota denials.
+//! * [`problem`]: RFC 9457 problem-details bodies, for quota denials and any
+//!   other status.
 //! * [`read`]: the client's side, reading those fields (and gRPC's pushback)
 //!   from a response, for services that call rate-limited APIs.
 //!

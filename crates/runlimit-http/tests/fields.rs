@@ -2,7 +2,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use runlimit_core::{
     Decision, Denial, FixedWindowPolicy, GcraPolicy, MAX_LIMIT, PolicyId, ScopeId,
     SlidingWindowPolicy,
@@ -14,7 +14,7 @@ use runlimit_http::{
         status_field,
     },
     legacy::{LegacyFields, retry_after_value},
-    problem::{CONTENT_TYPE, QuotaExceededProblem},
+    problem::{CONTENT_TYPE, Problem, QuotaExceededProblem},
 };
 
 fn name(value: &str) -> PolicyName {
@@ -237,6 +237,40 @@ fn problem_details_serialize_and_round_trip() {
     let back: QuotaExceededProblem = serde_json::from_value(json).expect("deserializes");
     assert_eq!(back, problem);
     assert_eq!(CONTENT_TYPE, "application/problem+json");
+}
+
+#[test]
+fn a_general_problem_is_about_blank_titled_by_its_status() {
+    let problem = Problem::new(StatusCode::BAD_REQUEST).with_detail("missing x-api-key");
+    let json = serde_json::to_value(&problem).expect("serializes");
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "detail": "missing x-api-key",
+        })
+    );
+    let back: Problem = serde_json::from_value(json).expect("deserializes");
+    assert_eq!(back, problem);
+    // Without detail, the member is left out rather than sent as null.
+    let bare = serde_json::to_value(Problem::new(StatusCode::SERVICE_UNAVAILABLE)).expect("ok");
+    assert_eq!(bare.get("detail"), None);
+    assert_eq!(bare["title"], "Service Unavailable");
+}
+
+#[test]
+fn reading_a_problem_ignores_extensions_and_defaults_its_type() {
+    let problem: Problem = serde_json::from_value(serde_json::json!({
+        "status": 403,
+        "balance": 30,
+        "accounts": ["/account/12345"],
+    }))
+    .expect("deserializes");
+    assert_eq!(problem.problem_type, "about:blank");
+    assert_eq!(problem.status, 403);
+    assert_eq!(problem.title, None);
 }
 
 /// Encodes `RateLimit` through both paths and checks they agree.

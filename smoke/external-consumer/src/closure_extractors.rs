@@ -1,5 +1,6 @@
 //! Key extractors written as closures over the request head: the pattern for
-//! keys that the ready-made `PeerIp` and `FromExtension` do not derive.
+//! keys that the ready-made `PeerIp`, `FromExtension`, `FromHeader` and
+//! `BodyField` do not derive.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -55,5 +56,5 @@ pub fn app(hasher: KeyHasher) -> Result<Router, Box<dyn std::error::Error>> {
         .failure_mode(FailureMode::fail_closed());
     Ok(Router::new()
         .route("/login", post(|| async { "welcome" }))
-        .layer(layer))
+        .route_layer(layer))
 }

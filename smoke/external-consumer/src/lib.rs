@@ -2,9 +2,11 @@
 //! write them.
 //!
 //! The binaries in `src/bin` hold complete programs: the README's
-//! (`memory_backend`, `topology`) verbatim, and the GCRA and sliding-window
-//! programs of the memory crate's docs. This library holds the README's
-//! fragments and the patterns users write around them.
+//! (`memory_backend`, `topology`) verbatim, the README's layer example served
+//! over TCP (`axum_layer`) and its testing section's test (`testing_handlers`),
+//! and the GCRA and sliding-window programs of the memory crate's docs. This
+//! library holds the README's fragments and the patterns users write around
+//! them.
 
 pub mod axum_layer;
 pub mod closure_extractors;
