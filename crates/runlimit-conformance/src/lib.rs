@@ -20,13 +20,16 @@
 //! admission cases of each algorithm, [`lifecycle`] the refund, peek and
 //! reset cases, [`settle`] the partial refunds and [`grant`](mod@grant) the
 //! grants of as many units as fit; [`sliding_log`] holds the exact reference that random
-//! sliding-window traces are checked against.
+//! sliding-window traces are checked against, and [`leased`] the ledger that
+//! `runlimit_memory::Leased` replicas in front of a backend that grants are
+//! held to on random weighted traces.
 //!
 //! [`Lifecycle`]: runlimit_core::Lifecycle
 
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;
+pub mod leased;
 pub mod lifecycle;
 pub mod settle;
 pub mod sliding_log;
@@ -36,6 +39,7 @@ mod windows;
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
 pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant_suite};
+pub use leased::{LeasedPolicy, leased_trace, run_leased_trace};
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };

@@ -11,7 +11,7 @@ use std::{
 };
 
 use proptest::prelude::*;
-use runlimit_conformance::Shared;
+use runlimit_conformance::{Shared, leased_trace, run_leased_trace};
 use runlimit_core::{
     Admission, BatchDecision, Check, Decision, FixedWindowPolicy, GcraPolicy, Grant, Granted,
     Lifecycle, Limiter, PolicyId, Receipt, Refunded, ScopeId, Settle, SlidingWindowPolicy,
@@ -883,6 +883,29 @@ proptest! {
             tat = tat.max(now) + u128::from(cost) * period;
             prop_assert!(tat - now <= tolerance, "an admission at {at} beyond the burst");
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Weighted checks on leased replicas of each memory store, held to the
+    /// ledger every backend is ([`runlimit_conformance::leased`]): the shared
+    /// store counts exactly what was admitted and what the leases hold,
+    /// never more than the limit is admitted, and a replica denies only what
+    /// its lease and the shared store together cannot cover.
+    #[test]
+    fn weighted_leased_traces_strand_no_units(trace in leased_trace()) {
+        runtime()
+            .block_on(async {
+                let fixed = Shared(Arc::new(MemoryStore::new(store_config())));
+                run_leased_trace(&fixed, &trace).await?;
+                let sliding = Shared(Arc::new(SlidingWindowStore::new(store_config())));
+                run_leased_trace(&sliding, &trace).await?;
+                let gcra = Shared(Arc::new(GcraStore::new(store_config())));
+                run_leased_trace(&gcra, &trace).await
+            })
+            .map_err(TestCaseError::fail)?;
     }
 }
 
