@@ -531,7 +531,11 @@ type Shard<P> = Mutex<Leases<P>>;
 /// GCRA unit's increment begins, they expire with it (a settlement would
 /// credit nothing). A replica that dies without flushing loses its unspent
 /// units until the window renews (for GCRA, until their increments pass): at
-/// most one grant per key.
+/// most one grant per key. The shared stores credit a GCRA settlement only
+/// for a subject's latest admission, so a GCRA lease's units go back only
+/// while no other admission of its key reached the shared store after its
+/// grant; otherwise they stay consumed until their increments pass, as a
+/// dead replica's would.
 ///
 /// # Refunds, settlements and resets
 ///
