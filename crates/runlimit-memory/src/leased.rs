@@ -503,10 +503,12 @@ type Shard<P> = Mutex<Leases<P>>;
 /// most `replicas × max_grant` units of a key are held away from any one
 /// replica. This holds for weighted checks too: a check that costs more
 /// than its lease holds spends what the lease holds and takes a grant for
-/// the rest of its cost only, so the grant that replaces the lease's leaves
-/// none of its units behind. A replica denies a check only when what its own
-/// lease holds and what the shared store has left fall short of the check's
-/// cost; with one replica, admission is exact.
+/// the rest of its cost only, so when the new grant replaces the old one,
+/// none of the old one's units are left behind. A replica denies a check
+/// only when what its own lease holds and what the shared store has left
+/// fall short of the check's cost (or, while a grant for the key is in
+/// flight, when the shared store's alone do); one replica checking one key
+/// at a time admits exactly what the shared store would.
 ///
 /// A cold key's grant is exactly its cost (a round trip per check, as
 /// without leases, holding nothing); a key whose next grant is needed
@@ -708,9 +710,8 @@ enum Landed {
     Decided(Decision, Stamp),
     /// What the lease had set aside stopped being spendable while the grant
     /// was in flight (the lease ended, a GCRA increment began), and the
-    /// grant alone does not
-    /// cover the check: the lease holds the grant now, and the check tries
-    /// again.
+    /// grant alone does not cover the check: the lease holds the grant now,
+    /// and the check tries again.
     Retry,
 }
 
