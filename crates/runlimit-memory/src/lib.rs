@@ -112,7 +112,10 @@
 //!   one, reclaimed by bounded cleanup once its deadline has passed; a peek
 //!   never stores a key.
 //! * **Observers** run after locks are released; their panics are caught, and
-//!   without an observer no clock is read for timing.
+//!   without an observer no clock is read for timing. A store's capacity
+//!   observations carry the name [`Store::with_name`] gave it (`default`
+//!   otherwise): name the stores of one process apart, so their gauges do
+//!   not overwrite each other's.
 //!
 //! # In front of a shared backend
 //!
