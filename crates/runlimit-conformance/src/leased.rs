@@ -18,6 +18,10 @@
 //!   the check's cost, so a subject is denied early by at most what other
 //!   replicas hold.
 //!
+//! [`leased_weighted_suite`] runs one such case every backend runs alike:
+//! one replica checking 5 units at a time, grants of at most 8, a limit of
+//! 100, admits all 100.
+//!
 //! The policies ([`LeasedPolicy`]) hold their units far longer than a trace
 //! runs (windows of 320 days, one GCRA unit a day), so a backend on a real
 //! clock runs traces too: nothing expires or renews while one does. Every
@@ -28,7 +32,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use runlimit_core::{
     Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, Policy, Shared,
-    SlidingWindowPolicy,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_memory::{Leasable, LeaseConfig, Leased};
 
@@ -46,7 +50,7 @@ pub trait LeasedPolicy: Leasable {
     /// their increments pass.
     const CREDITS_ONLY_LATEST: bool = false;
 
-    /// A fresh policy (a unique id) of `limit` units, 8 to 40.
+    /// A fresh policy (a unique id) of `limit` units, at most 366.
     fn with_limit(limit: u64) -> Self;
 }
 
@@ -70,6 +74,60 @@ impl LeasedPolicy for GcraPolicy {
     /// One unit a day, a burst of `limit`.
     fn with_limit(limit: u64) -> Self {
         gcra("leased", 1, DAY, limit)
+    }
+}
+
+/// Runs the weighted lease case: one replica in front of `shared`, checking
+/// 5 units at a time with grants of at most 8 (taking 10%, then all, of what
+/// the shared store has left), admits the whole limit of 100, each check
+/// spending what the lease holds before a new grant replaces it; after each
+/// check the shared store counts exactly what was admitted and what the
+/// lease holds.
+///
+/// # Panics
+///
+/// When a case fails, naming it.
+pub async fn leased_weighted_suite<L>(shared: &Shared<L>)
+where
+    L: Grant + 'static,
+    L::Policy: LeasedPolicy,
+{
+    for remaining_share in [10, 100] {
+        let case = format!("weighted checks on one replica, a share of {remaining_share}%");
+        let policy = L::Policy::with_limit(100);
+        let config = LeaseConfig::new(16)
+            .and_then(|config| config.with_max_grant(8))
+            .and_then(|config| config.with_remaining_share(remaining_share))
+            .unwrap_or_else(|error| panic!("{case}: {error}"));
+        let replica = Leased::new(shared.clone(), config);
+        let check = Check::weighted(&policy, subject(71), 5)
+            .unwrap_or_else(|error| panic!("{case}: {error}"));
+        let mut admitted = 0;
+        loop {
+            let decision = replica
+                .check(&check)
+                .await
+                .unwrap_or_else(|error| panic!("{case}: backend error: {error:?}"));
+            if !decision.is_allowed() {
+                break;
+            }
+            admitted += check.cost();
+            let held = replica.stats().units_held;
+            let consumed = consumed(shared, &policy, *check.subject())
+                .await
+                .unwrap_or_else(|error| panic!("{case}: {error}"));
+            assert_eq!(
+                consumed,
+                admitted + held,
+                "{case}: consumed at the shared store, against admitted and held"
+            );
+        }
+        let held = replica.stats().units_held;
+        assert_eq!((admitted, held), (100, 0), "{case}: admitted and held");
+        assert!(
+            replica.stats().local_hits > 0,
+            "{case}: no check was admitted from the lease"
+        );
     }
 }
 
@@ -155,7 +213,7 @@ where
     // back: GCRA grants behind another replica's admission.
     let may_keep = L::Policy::CREDITS_ONLY_LATEST && replicas.len() > 1;
     let (mut admitted, mut kept) = (0, 0);
-    let mut consumed = consumed(shared, &policy).await?;
+    let mut consumed = consumed(shared, &policy, subject).await?;
     for (step, op) in trace.ops.iter().enumerate() {
         match *op {
             LeasedOp::Check { replica, cost } => {
@@ -180,12 +238,12 @@ where
             }
             LeasedOp::Flush(replica) => {
                 let replica = &replicas[replica % replicas.len()];
-                kept += flush(shared, &policy, replica, consumed, may_keep)
+                kept += flush(shared, &policy, subject, replica, consumed, may_keep)
                     .await
                     .map_err(|error| format!("step {step}: {error}"))?;
             }
         }
-        consumed = self::consumed(shared, &policy).await?;
+        consumed = self::consumed(shared, &policy, subject).await?;
         let held: u64 = replicas
             .iter()
             .map(|replica| replica.stats().units_held)
@@ -201,10 +259,10 @@ where
         }
     }
     for replica in &replicas {
-        kept += flush(shared, &policy, replica, consumed, may_keep)
+        kept += flush(shared, &policy, subject, replica, consumed, may_keep)
             .await
             .map_err(|error| format!("the last flush: {error}"))?;
-        consumed = self::consumed(shared, &policy).await?;
+        consumed = self::consumed(shared, &policy, subject).await?;
     }
     if consumed != admitted + kept {
         return Err(format!(
@@ -215,12 +273,13 @@ where
     Ok(())
 }
 
-/// Flushes `replica`, the shared store counting `consumed` units before;
-/// returns the units its lease held that the flush could not give back,
-/// which must be none unless `may_keep`.
+/// Flushes `replica`, the shared store counting `consumed` units of
+/// `subject` before; returns the units its lease held that the flush could
+/// not give back, which must be none unless `may_keep`.
 async fn flush<L>(
     shared: &Shared<L>,
     policy: &L::Policy,
+    subject: SubjectKey,
     replica: &Leased<Shared<L>>,
     consumed: u64,
     may_keep: bool,
@@ -234,7 +293,7 @@ where
         .flush()
         .await
         .map_err(|error| format!("backend error on flush: {error:?}"))?;
-    let given_back = consumed.saturating_sub(self::consumed(shared, policy).await?);
+    let given_back = consumed.saturating_sub(self::consumed(shared, policy, subject).await?);
     let kept = held.checked_sub(given_back).ok_or_else(|| {
         format!("a flush gave back {given_back} units when its lease held {held}")
     })?;
@@ -246,11 +305,15 @@ where
     Ok(kept)
 }
 
-/// The units the shared store counts for `policy`'s subject: its capacity
-/// less what a peek reports remaining.
-async fn consumed<L: Lifecycle>(shared: &L, policy: &L::Policy) -> Result<u64, String> {
+/// The units the shared store counts for `subject` under `policy`: its
+/// capacity less what a peek reports remaining.
+async fn consumed<L: Lifecycle>(
+    shared: &L,
+    policy: &L::Policy,
+    subject: SubjectKey,
+) -> Result<u64, String> {
     let peeked = shared
-        .peek(&Check::new(policy, subject(70)))
+        .peek(&Check::new(policy, subject))
         .await
         .map_err(|error| format!("backend error on peek: {error:?}"))?;
     Ok(policy.capacity() - peeked.remaining().unwrap_or(0))

@@ -39,7 +39,7 @@ mod windows;
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
 pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant_suite};
-pub use leased::{LeasedPolicy, leased_trace, run_leased_trace};
+pub use leased::{LeasedPolicy, leased_trace, leased_weighted_suite, run_leased_trace};
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };

@@ -11,7 +11,7 @@ use std::{
 };
 
 use proptest::prelude::*;
-use runlimit_conformance::{Shared, leased_trace, run_leased_trace};
+use runlimit_conformance::{Shared, leased_trace, leased_weighted_suite, run_leased_trace};
 use runlimit_core::{
     Admission, BatchDecision, Check, Decision, FixedWindowPolicy, GcraPolicy, Grant, Granted,
     Lifecycle, Limiter, PolicyId, Receipt, Refunded, ScopeId, Settle, SlidingWindowPolicy,
@@ -886,6 +886,14 @@ proptest! {
     }
 }
 
+/// The weighted lease case every backend runs, on each memory store.
+#[tokio::test]
+async fn weighted_leases_admit_the_whole_limit_on_every_memory_store() {
+    leased_weighted_suite(&Shared(Arc::new(MemoryStore::new(store_config())))).await;
+    leased_weighted_suite(&Shared(Arc::new(SlidingWindowStore::new(store_config())))).await;
+    leased_weighted_suite(&Shared(Arc::new(GcraStore::new(store_config())))).await;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -955,31 +963,6 @@ async fn observers_see_local_admissions_apart_from_shared_ones() {
         shared,
         vec![false; usize::try_from(stats.grants).expect("small")]
     );
-}
-
-/// A check costing more than its lease holds spends what the lease holds
-/// and takes a grant for the rest, so nothing is stranded when the grant
-/// replaces the lease: one replica checking 5 units at a time with grants
-/// of at most 8 admits its whole limit, and at every step the shared store
-/// counts exactly what was admitted and what the lease holds.
-#[tokio::test]
-async fn weighted_checks_spend_what_their_lease_holds() {
-    for (n, share) in [(20, 10), (21, 100)] {
-        let clock = ManualClock::new();
-        let config = lease_config(8).with_remaining_share(share).expect("valid");
-        let (store, leased) = replicas(&clock, 1, config);
-        let replica = &leased[0];
-        let policy = fixed(100, Duration::from_secs(60));
-        let check = Check::weighted(&policy, key(n), 5).expect("valid");
-        let mut admitted = 0;
-        while replica.check(&check).await.expect("no error").is_allowed() {
-            admitted += 5;
-            let held = replica.stats().units_held;
-            assert_eq!(used_at_shared(&store, &policy, n), admitted + held);
-        }
-        assert_eq!(admitted, 100, "a share of {share}%");
-        assert!(replica.stats().local_hits > 0, "{:?}", replica.stats());
-    }
 }
 
 /// `max_keys` bounds the leases of the whole limiter, wherever its keys

@@ -12,8 +12,9 @@ use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
     Shared, TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite,
     fixed_window_settle_suite, fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite,
-    gcra_settle_suite, gcra_suite, leased_trace, run_leased_trace, sliding_window_grant_suite,
-    sliding_window_lifecycle_suite, sliding_window_settle_suite, sliding_window_suite,
+    gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
 use runlimit_core::{
     Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
@@ -128,7 +129,8 @@ async fn the_conformance_suite_passes_on_a_cluster() {
 }
 
 /// Leased replicas in front of a cluster, checking weighted costs, held to
-/// the ledger of `runlimit_conformance::leased` for every algorithm.
+/// the ledger of `runlimit_conformance::leased` for every algorithm (the
+/// weighted case and random traces).
 #[test]
 fn weighted_leased_traces_strand_no_units_on_a_cluster() {
     let Some(nodes) = nodes() else { return };
@@ -146,6 +148,11 @@ fn weighted_leased_traces_strand_no_units_on_a_cluster() {
     let gcra = Shared(Arc::new(RedisLimiter::<_, GcraPolicy>::cluster(
         connection, config,
     )));
+    runtime.block_on(async {
+        leased_weighted_suite(&fixed).await;
+        leased_weighted_suite(&sliding).await;
+        leased_weighted_suite(&gcra).await;
+    });
     TestRunner::new(ProptestConfig::with_cases(32))
         .run(&leased_trace(), |trace| {
             runtime
