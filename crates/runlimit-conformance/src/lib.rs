@@ -23,7 +23,9 @@
 //! across a change of policy or secret (every pair of algorithms, for
 //! backends of [`AnyPolicy`](runlimit_core::AnyPolicy) checks);
 //! [`sliding_log`] holds the exact reference that random sliding-window
-//! traces are checked against.
+//! traces are checked against, and [`leased`] the ledger that
+//! `runlimit_memory::Leased` replicas in front of a backend that grants are
+//! held to on random weighted traces.
 //!
 //! [`Lifecycle`]: runlimit_core::Lifecycle
 
@@ -31,6 +33,7 @@ pub mod carry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;
+pub mod leased;
 pub mod lifecycle;
 pub mod settle;
 pub mod sliding_log;
@@ -43,6 +46,7 @@ pub use carry::{
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;
 pub use grant::{fixed_window_grant_suite, gcra_grant_suite, sliding_window_grant_suite};
+pub use leased::{LeasedPolicy, leased_trace, leased_weighted_suite, run_leased_trace};
 pub use lifecycle::{
     fixed_window_lifecycle_suite, gcra_lifecycle_suite, sliding_window_lifecycle_suite,
 };

@@ -1,12 +1,14 @@
-//! Validated policy and scope identifiers.
+//! Validated policy and scope identifiers, and store names.
 //!
 //! Identifiers end up in storage keys, HMAC inputs, metrics labels, log lines and
 //! HTTP `RateLimit-Policy` names, so they use a deliberately small alphabet that is
-//! safe in every one of those places without escaping.
+//! safe in every one of those places without escaping. Store names, in metrics
+//! labels and log lines, use the same.
 
 use std::{fmt, str::FromStr, sync::Arc};
 
-/// The maximum length of a [`PolicyId`] or [`ScopeId`], in bytes.
+/// The maximum length of a [`PolicyId`], [`ScopeId`] or [`StoreName`], in
+/// bytes.
 pub const MAX_ID_LEN: usize = 64;
 
 /// Which kind of identifier an [`IdError`] is about.
@@ -17,6 +19,8 @@ pub enum IdKind {
     Policy,
     /// A [`ScopeId`].
     Scope,
+    /// A [`StoreName`].
+    Store,
 }
 
 impl fmt::Display for IdKind {
@@ -24,11 +28,12 @@ impl fmt::Display for IdKind {
         f.write_str(match self {
             Self::Policy => "policy id",
             Self::Scope => "scope id",
+            Self::Store => "store name",
         })
     }
 }
 
-/// Why a string was refused as a [`PolicyId`] or [`ScopeId`].
+/// Why a string was refused as a [`PolicyId`], [`ScopeId`] or [`StoreName`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IdError {
@@ -205,6 +210,40 @@ identifier!(
     IdKind::Scope
 );
 
+identifier!(
+    /// Names a store in what it reports, such as `login` or `api`: the
+    /// `store` label of its capacity gauges and the `store` field of its
+    /// capacity events, so that two stores in one process report apart.
+    ///
+    /// It names the application's store, never a subject. The alphabet and
+    /// length bound are the same as [`PolicyId`]'s; the
+    /// [default](Self::default) is `default`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use runlimit_core::StoreName;
+    ///
+    /// let name = StoreName::new("login")?;
+    /// assert_eq!(name.as_str(), "login");
+    /// assert_eq!(StoreName::default().as_str(), "default");
+    /// assert!(StoreName::new("login store").is_err());
+    /// # Ok::<(), runlimit_core::IdError>(())
+    /// ```
+    StoreName,
+    IdKind::Store
+);
+
+impl Default for StoreName {
+    /// `default`: the name of a store the application did not name.
+    fn default() -> Self {
+        Self(Arc::from(DEFAULT_STORE_NAME))
+    }
+}
+
+/// The name of a store the application did not name.
+pub(crate) const DEFAULT_STORE_NAME: &str = "default";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +296,10 @@ mod tests {
         assert_eq!(
             "bad id".parse::<ScopeId>().map_err(|e| e.to_string()),
             Err("scope id has a character outside [A-Za-z0-9._-] at byte 3".to_owned())
+        );
+        assert_eq!(
+            StoreName::new("").map_err(|e| e.to_string()),
+            Err("store name must not be empty".to_owned())
         );
     }
 }

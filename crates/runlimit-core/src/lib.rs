@@ -2,7 +2,7 @@
 //!
 //! `runlimit-core` holds what is independent of storage and framework:
 //!
-//! * validated identifiers ([`PolicyId`], [`ScopeId`]) and policies
+//! * validated identifiers ([`PolicyId`], [`ScopeId`], [`StoreName`]) and policies
 //!   ([`FixedWindowPolicy`], [`SlidingWindowPolicy`], [`GcraPolicy`], any of
 //!   them as an [`AnyPolicy`]) whose bounds ([`MAX_LIMIT`], [`MAX_WINDOW`])
 //!   every backend represents exactly, and the lineage and translation that
@@ -107,7 +107,7 @@ pub use batch::{BatchError, DEFAULT_MAX_BATCH_SIZE, validate_batch};
 pub use check::{Check, CostError, TierCheck};
 pub use decision::{BatchDecision, Decision, DecisionError, DecisionKind, Denial, ceil_seconds};
 pub use grant::{Grant, Granted};
-pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId};
+pub use id::{IdError, IdKind, MAX_ID_LEN, PolicyId, ScopeId, StoreName};
 pub use key::{
     CounterKey, KeyHasher, KeyHasherError, MIN_SECRET_LEN, PreparedKeyHasher, SubjectKey,
 };

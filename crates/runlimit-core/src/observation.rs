@@ -14,7 +14,7 @@ use std::{
 use crate::{
     check::Check,
     decision::{BatchDecision, Decision, Denial},
-    id::{PolicyId, ScopeId},
+    id::{DEFAULT_STORE_NAME, PolicyId, ScopeId, StoreName},
     lifecycle::Refunded,
     policy::Policy,
 };
@@ -57,7 +57,7 @@ pub trait Observer: Send + Sync + fmt::Debug {
     }
 
     /// Called when an operation changed or hit the backend's stored cardinality.
-    fn on_capacity(&self, observation: &CapacityObservation) {
+    fn on_capacity(&self, observation: &CapacityObservation<'_>) {
         let _ = observation;
     }
 
@@ -78,7 +78,7 @@ impl<O: Observer + ?Sized> Observer for std::sync::Arc<O> {
         (**self).on_cleanup(observation);
     }
 
-    fn on_capacity(&self, observation: &CapacityObservation) {
+    fn on_capacity(&self, observation: &CapacityObservation<'_>) {
         (**self).on_capacity(observation);
     }
 
@@ -599,23 +599,47 @@ impl CleanupObservation {
     }
 }
 
-/// Stored cardinality against the configured bound.
+/// Stored cardinality against the configured bound, in the store the
+/// application named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CapacityObservation {
+pub struct CapacityObservation<'a> {
+    store: &'a str,
     used: u64,
     capacity: u64,
     shard: Option<usize>,
 }
 
-impl CapacityObservation {
-    /// Describes `used` of `capacity` entries, in `shard` when the backend shards.
+impl CapacityObservation<'static> {
+    /// Describes `used` of `capacity` entries, in `shard` when the backend
+    /// shards, in the store named `default` until
+    /// [`in_store`](CapacityObservation::in_store) names it.
     #[must_use]
     pub fn new(used: u64, capacity: u64, shard: Option<usize>) -> Self {
         Self {
+            store: DEFAULT_STORE_NAME,
             used,
             capacity,
             shard,
         }
+    }
+}
+
+impl<'a> CapacityObservation<'a> {
+    /// The same observation, in the store named `store`.
+    #[must_use]
+    pub fn in_store<'b>(self, store: &'b StoreName) -> CapacityObservation<'b> {
+        CapacityObservation {
+            store: store.as_str(),
+            used: self.used,
+            capacity: self.capacity,
+            shard: self.shard,
+        }
+    }
+
+    /// The store's name: what the application named it, or `default`.
+    #[must_use]
+    pub fn store(&self) -> &'a str {
+        self.store
     }
 
     /// Entries stored.

@@ -13,7 +13,7 @@ use std::{
 use runlimit_core::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, BatchDecision, CapacityObservation,
     Check, CleanupObservation, Consumption, Decision, FixedWindowPolicy, Observer, Operation,
-    PolicyId, PolicyLabel, ScopeId, SubjectKey, notify,
+    PolicyId, PolicyLabel, ScopeId, StoreName, SubjectKey, notify,
 };
 
 #[derive(Debug, Default)]
@@ -88,6 +88,21 @@ fn observer_panics_are_caught() {
         observer.on_capacity(&CapacityObservation::new(9, 10, Some(0)));
     }));
     assert_eq!(CapacityObservation::new(9, 10, None).headroom(), 1);
+}
+
+/// A capacity observation names its store: `default` until a backend names
+/// it with the application's [`StoreName`].
+#[test]
+fn capacity_observations_name_their_store() {
+    let observation = CapacityObservation::new(9, 10, Some(3));
+    assert_eq!(observation.store(), "default");
+    let name = StoreName::new("login").expect("valid");
+    let named = observation.in_store(&name);
+    assert_eq!(named.store(), "login");
+    assert_eq!(
+        (named.used(), named.capacity(), named.shard()),
+        (9, 10, Some(3))
+    );
 }
 
 /// Records the operation, outcome and consumption of every admission.

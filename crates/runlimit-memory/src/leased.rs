@@ -15,7 +15,7 @@ use std::{
     hash::{BuildHasherDefault, Hasher},
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -139,8 +139,10 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
-    /// Leases for at most `max_keys` keys at once; keys beyond are admitted
-    /// by the shared store directly. Defaults: grants of at most 64 units,
+    /// Leases for at most `max_keys` keys at once, across the whole limiter;
+    /// a key that finds them all taken is admitted by the shared store
+    /// directly, one check at a time, until a lease is given back
+    /// ([`Leased::flush_idle`]). Defaults: grants of at most 64 units,
     /// never more than 10% of what the shared store reported remaining,
     /// growing when the next grant is needed within 100 ms, idle after 1 s.
     ///
@@ -160,8 +162,9 @@ impl LeaseConfig {
         })
     }
 
-    /// The most units one grant may take for one key: the most this replica
-    /// holds unspent per key, and so, summed over replicas, the bound on
+    /// The most units one grant may take for one key (a check costing more
+    /// takes up to its cost): the most this replica holds unspent per key,
+    /// whatever the checks cost, and so, summed over replicas, the bound on
     /// units held away from any one of them.
     ///
     /// # Errors
@@ -274,8 +277,9 @@ struct Lease<P> {
     /// The key's policy and subject, to settle the grant without a check.
     policy: Arc<P>,
     subject: SubjectKey,
-    /// Changes with every grant, so a local receipt credits only the grant
-    /// it was admitted from.
+    /// Drawn afresh when the lease is created and with every grant, so a
+    /// local receipt credits only the grant it was admitted from, and a grant
+    /// lands only in the lease (and on the piece) it was taken for.
     generation: u64,
     /// The grant's receipt and its units; `None` before the first grant.
     piece: Option<(Receipt, u64)>,
@@ -493,18 +497,33 @@ type Shard<P> = Mutex<Leases<P>>;
 /// # What it costs: bounded under-admission
 ///
 /// A subject can be denied while units sit unspent in another replica's
-/// lease. Per key a replica holds at most one grant, of at most
-/// [`max_grant`](LeaseConfig::with_max_grant) units, and never more than a
-/// share of what the shared store last reported remaining, so at most
-/// `replicas × max_grant` units of a key are held away from any one replica.
-/// A cold key's grant is exactly its cost (a round trip per check, as without
-/// leases, holding nothing); a key whose next grant is needed quickly doubles
-/// its grant; near exhaustion grants shrink to the cost, so the last units of
-/// a window are admitted exactly as without leases. While a grant for a key
-/// that may bring more than its own check's cost is in flight, the key's
-/// other checks wait for it (with the `tokio` feature, once each) and are
-/// admitted from what it brings, rather than each taking a round trip of its
-/// own; one that still finds no units goes to the shared store.
+/// lease. Per key a replica holds at most one grant's units, at most
+/// [`max_grant`](LeaseConfig::with_max_grant) of them, and takes no more
+/// than a share of what the shared store last reported remaining, so at
+/// most `replicas × max_grant` units of a key are held away from any one
+/// replica. This holds for weighted checks too: a check that costs more
+/// than its lease holds spends what the lease holds and takes a grant for
+/// the rest of its cost only, so when the new grant replaces the old one,
+/// none of the old one's units are left behind. A replica denies a check
+/// only when what its own lease holds and what the shared store has left
+/// fall short of the check's cost (or, while a grant for the key is in
+/// flight, when the shared store's alone do); one replica checking one key
+/// at a time admits exactly what the shared store would.
+///
+/// A cold key's grant is exactly its cost (a round trip per check, as
+/// without leases, holding nothing); a key whose next grant is needed
+/// quickly doubles its grant; near exhaustion grants shrink to the cost, so
+/// the last units of a window are admitted exactly as without leases. While
+/// a grant for a key is in flight, what the lease held is set aside for the
+/// check that sent it; if the grant may bring more than that check needs,
+/// the key's other checks wait for it (with the `tokio` feature, once each)
+/// and are admitted from what it brings, rather than each taking a round
+/// trip of its own; one that still finds no units goes to the shared store.
+///
+/// At most [`max_keys`](LeaseConfig::new) keys hold a lease at once, across
+/// the whole limiter. A key that finds no room is decided by the shared
+/// store, a round trip per check, until [`flush_idle`](Self::flush_idle)
+/// or [`flush`](Self::flush) gives a lease back.
 ///
 /// Unspent units go back to the shared store with a [settlement](Settle) on
 /// [`flush`](Self::flush), on [`flush_idle`](Self::flush_idle) for leases
@@ -514,7 +533,11 @@ type Shard<P> = Mutex<Leases<P>>;
 /// GCRA unit's increment begins, they expire with it (a settlement would
 /// credit nothing). A replica that dies without flushing loses its unspent
 /// units until the window renews (for GCRA, until their increments pass): at
-/// most one grant per key.
+/// most one grant per key. The shared stores credit a GCRA settlement only
+/// for a subject's latest admission, so a GCRA lease's units go back only
+/// while no other admission of its key reached the shared store after its
+/// grant; otherwise they stay consumed until their increments pass, as a
+/// dead replica's would.
 ///
 /// # Refunds, settlements and resets
 ///
@@ -522,7 +545,10 @@ type Shard<P> = Mutex<Leases<P>>;
 /// lease it was admitted from, while that lease still holds, and nothing
 /// afterwards (for GCRA, only while the lease has admitted nothing since, as
 /// the shared stores credit only a subject's latest admission); one of a
-/// check the shared store decided goes to the shared store. A reset drops
+/// check the shared store decided goes to the shared store. A check that
+/// spent the last units of one grant and the first of the next gets back
+/// only its units of the later one: the others went with the grant they
+/// came from, and stay consumed until they expire. A reset drops
 /// this replica's lease and resets the shared counter; other replicas'
 /// leases survive it, so after a reset up to `(replicas - 1) × max_grant`
 /// units may still be admitted that the reset counter does not count.
@@ -562,6 +588,10 @@ pub struct Leased<S: Limiter> {
     on_drop: Option<ReturnOnDrop<S::Policy>>,
     config: LeaseConfig,
     shards: Box<[Shard<S::Policy>]>,
+    /// Keys with a lease, across every shard: a key takes a slot before its
+    /// lease is inserted and gives it back when the lease is removed, so at
+    /// most `max_keys` are held at once.
+    leased_keys: AtomicUsize,
     clock: StoreClock,
     observer: Option<Arc<dyn Observer>>,
     generations: AtomicU64,
@@ -583,21 +613,34 @@ impl<S: Limiter + fmt::Debug> fmt::Debug for Leased<S> {
     }
 }
 
-/// Releases a key's lease for other grants if the grant's future is dropped
-/// before it lands.
+/// A grant in flight for a key's lease: if its future is dropped before it
+/// lands, the lease gets back what the check set aside and takes grants
+/// again.
 struct InFlight<'a, P> {
     shard: &'a Shard<P>,
     key: CounterKey,
+    sending: Sending,
     landed: bool,
 }
 
 impl<P> Drop for InFlight<'_, P> {
     fn drop(&mut self) {
-        if !self.landed
-            && let Some(lease) = lock(self.shard).get_mut(&self.key)
-        {
-            lease.land();
+        if !self.landed {
+            abandon(self.shard, &self.key, &self.sending);
         }
+    }
+}
+
+/// Gives the lease `sending` was planned on back the units its check set
+/// aside, and lets the key take grants again: the grant was not taken, or
+/// its future was dropped. A lease with another generation (a reset dropped
+/// the planned one) is left alone.
+fn abandon<P>(shard: &Shard<P>, key: &CounterKey, sending: &Sending) {
+    if let Some(lease) = lock(shard).get_mut(key)
+        && lease.generation == sending.generation
+    {
+        lease.unspent += sending.reserved;
+        lease.land();
     }
 }
 
@@ -618,11 +661,7 @@ impl<S: Limiter> Leased<S> {
             shared_checks: self.shared_checks.load(Ordering::Relaxed),
             units_returned: self.units_returned.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
-            leases: self
-                .shards
-                .iter()
-                .map(|shard| lock(shard).len() as u64)
-                .sum(),
+            leases: self.leased_keys.load(Ordering::Relaxed) as u64,
             units_held: {
                 let now = self.clock.now_nanos();
                 self.shards
@@ -641,14 +680,57 @@ impl<S: Limiter> Leased<S> {
 
 /// How a check reaches the shared store when no lease serves it.
 enum Plan {
-    /// Take a grant of the check's cost and at most `size` units, holding
-    /// the key's lease until it lands.
-    Grant { size: u64, sent: u64 },
+    /// Take a grant for the check, holding the key's lease until it lands.
+    Grant(Sending),
     /// Admit the check at the shared store for its cost alone.
     Direct,
     /// Wait for the key's grant in flight to land, then try again.
     #[cfg(feature = "tokio")]
     Wait(tokio::sync::futures::OwnedNotified),
+}
+
+/// A grant a check is about to take for its key's lease.
+#[derive(Clone, Copy)]
+struct Sending {
+    /// The most units the grant may take.
+    size: u64,
+    /// When it is sent, on the lease's clock.
+    at: u64,
+    /// The lease's generation when it was planned.
+    generation: u64,
+    /// What the lease held, fewer units than the check's cost, set aside to
+    /// be spent toward it: the grant needs only the rest of the cost.
+    reserved: u64,
+}
+
+/// What became of a check when its grant landed.
+enum Landed {
+    /// Allowed from the lease the grant refilled (or from what the lease
+    /// held), or denied.
+    Decided(Decision, Stamp),
+    /// What the lease had set aside stopped being spendable while the grant
+    /// was in flight (the lease ended, a GCRA increment began), and the
+    /// grant alone does not cover the check: the lease holds the grant now,
+    /// and the check tries again.
+    Retry,
+}
+
+/// A landed grant: what became of its check, and what is left of the
+/// grant it replaced in the lease, to give back.
+struct Landing<P> {
+    landed: Landed,
+    replaced: Option<Unspent<P>>,
+}
+
+impl<P> Landing<P> {
+    /// The shared store's `decision`, with no local receipt: a denial, or
+    /// an admission whose lease a reset dropped.
+    fn unleased(decision: Decision) -> Self {
+        Self {
+            landed: Landed::Decided(decision, Stamp::new([u64::MAX, 0, 0])),
+            replaced: None,
+        }
+    }
 }
 
 impl<S> Leased<S>
@@ -671,6 +753,7 @@ where
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashMap::default()))
                 .collect(),
+            leased_keys: AtomicUsize::new(0),
             clock: StoreClock::default(),
             observer: None,
             generations: AtomicU64::new(0),
@@ -706,6 +789,16 @@ where
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observer = Some(Arc::new(observer));
         self
+    }
+
+    /// Takes one of the `max_keys` slots for a new lease; `false` when all
+    /// are taken. Only a key without a lease pays for it.
+    fn take_key_slot(&self) -> bool {
+        self.leased_keys
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+                (taken < self.config.max_keys).then_some(taken + 1)
+            })
+            .is_ok()
     }
 
     fn shard(&self, key: &CounterKey) -> &Shard<S::Policy> {
@@ -749,6 +842,7 @@ where
         let mut taken = Vec::new();
         for shard in &self.shards {
             let mut leases = lock(shard);
+            let before = leases.len();
             leases.retain(|_, lease| {
                 if lease.granting || !returns(lease) {
                     return true;
@@ -756,6 +850,8 @@ where
                 taken.extend(lease.take_unspent(now));
                 false
             });
+            self.leased_keys
+                .fetch_sub(before - leases.len(), Ordering::Relaxed);
         }
         let mut first_error = None;
         for unspent in taken {
@@ -797,14 +893,13 @@ where
         let key = check.counter_key();
         let now = self.clock.now_nanos();
         let mut leases = lock(self.shard(&key));
-        let full = leases.len() >= self.config.max_keys;
         let lease = match leases.get_mut(&key) {
             Some(lease) => lease,
-            None if full => return Err(Plan::Direct),
+            None if !self.take_key_slot() => return Err(Plan::Direct),
             None => leases.entry(key).or_insert_with(|| Lease {
                 policy: Arc::new(policy.clone()),
                 subject: *check.subject(),
-                generation: 0,
+                generation: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
                 piece: None,
                 unspent: 0,
                 valid_until: 0,
@@ -827,7 +922,7 @@ where
         if valid && lease.unspent >= cost {
             lease.unspent -= cost;
             lease.last_used = now;
-            return Ok((local_decision(policy, lease, now), local_stamp(lease)));
+            return Ok((local_decision(policy, lease, now), local_stamp(lease, 0)));
         }
         if lease.granting {
             #[cfg(feature = "tokio")]
@@ -845,12 +940,12 @@ where
             lease.piece = None;
             lease.unspent = 0;
         }
-        // The grant covers the whole cost. What the lease still holds (fewer
-        // units than the cost) stays spendable by other checks while the
-        // grant is in flight, and is dropped when it lands: units checked
-        // here could no longer be spendable by then (a window ended, a GCRA
-        // increment began), and units another check spends meanwhile must
-        // not count twice.
+        // What the lease still holds, fewer units than the cost, is set
+        // aside toward it, and the grant asks only for the rest: the new
+        // grant replaces the old one with nothing of it left unspent, and no
+        // other check spends the set-aside units while the grant is in
+        // flight. They are spent when it lands, if still spendable then.
+        let reserved = std::mem::take(&mut lease.unspent);
         let quick = now.saturating_sub(lease.granted_at) < nanos(self.config.grow_within);
         let grown = if lease.granted_at > 0 && quick {
             lease.size.saturating_mul(2)
@@ -872,49 +967,109 @@ where
         lease.granting = true;
         #[cfg(feature = "tokio")]
         {
-            lease.bringing_units = size > cost;
+            lease.bringing_units = size > cost - reserved;
         }
-        Err(Plan::Grant { size, sent: now })
+        Err(Plan::Grant(Sending {
+            size,
+            at: now,
+            generation: lease.generation,
+            reserved,
+        }))
     }
 
-    /// Takes a grant for `check` and admits it from the grant.
+    /// Takes a grant for what `check` costs beyond the units its lease set
+    /// aside, and admits it from both.
     async fn admit_granted(
         &self,
         check: &Check<'_, S::Policy>,
-        size: u64,
-        sent: u64,
-    ) -> Result<(Decision, Stamp), LeasedError<S::Error>> {
-        let policy = check.policy();
-        let need = check.cost();
+        sending: Sending,
+    ) -> Result<Landed, LeasedError<S::Error>> {
         let key = check.counter_key();
+        let rest = weighted(
+            check.policy(),
+            *check.subject(),
+            check.cost() - sending.reserved,
+        );
+        let size = sending.size;
         let mut in_flight = InFlight {
             shard: self.shard(&key),
             key,
+            sending,
             landed: false,
         };
-        let granted = self.shared.grant(check, size).await;
+        let granted = self.shared.grant(&rest, size).await;
         self.grants.fetch_add(1, Ordering::Relaxed);
         in_flight.landed = true;
+        let Landing { landed, replaced } = self.land(check, &in_flight, granted)?;
+        if let Some(replaced) = replaced {
+            // Best-effort, as on drop: a failed settlement keeps its units
+            // consumed until they expire, and the check's answer stands.
+            let _ = self.give_back(replaced).await;
+        }
+        Ok(landed)
+    }
+
+    /// Spends what the lease set aside and the grant toward the check, and
+    /// puts the grant in the lease; returns what is left of the grant it
+    /// replaced, to give back.
+    fn land(
+        &self,
+        check: &Check<'_, S::Policy>,
+        in_flight: &InFlight<'_, S::Policy>,
+        granted: Result<runlimit_core::Granted, S::Error>,
+    ) -> Result<Landing<S::Policy>, LeasedError<S::Error>> {
+        let (policy, cost) = (check.policy(), check.cost());
+        let Sending {
+            size,
+            at: sent,
+            generation,
+            reserved,
+        } = in_flight.sending;
+        let now = self.clock.now_nanos();
         let mut leases = lock(in_flight.shard);
-        let Some(lease) = leases.get_mut(&key) else {
-            // Dropped while the grant was in flight (a reset): the grant's
-            // units beyond this check stay consumed, as the reset allows.
-            return match granted {
-                Ok(granted) => Ok((*granted.decision(), Stamp::new([u64::MAX, 0, 0]))),
-                Err(error) => Err(LeasedError::Shared(error)),
-            };
+        let Some(lease) = leases
+            .get_mut(&in_flight.key)
+            .filter(|lease| lease.generation == generation)
+        else {
+            // Dropped while the grant was in flight (a reset): the set-aside
+            // units went with it, and the grant's units beyond this check
+            // stay consumed, as the reset allows.
+            let granted = granted.map_err(LeasedError::Shared)?;
+            return Ok(Landing::unleased(*granted.decision()));
         };
         lease.land();
+        // The set-aside units, with any a refund credited meanwhile, as far
+        // as they are still spendable now.
+        lease.unspent += reserved;
+        lease.expire(now);
+        let from_lease = lease.unspent.min(cost);
         let (decision, units, receipt) = granted.map_err(LeasedError::Shared)?.into_parts();
-        let Some(receipt) = receipt.filter(|_| units >= need) else {
-            return Ok((decision, Stamp::new([u64::MAX, 0, 0])));
+        let Some(receipt) = receipt.filter(|_| units > 0) else {
+            // Denied: the lease keeps what it holds, which covers the check
+            // only if refunds credited it while the grant was in flight.
+            if from_lease < cost {
+                return Ok(Landing::unleased(decision));
+            }
+            lease.unspent -= cost;
+            lease.last_used = now;
+            return Ok(Landing {
+                landed: Landed::Decided(local_decision(policy, lease, now), local_stamp(lease, 0)),
+                replaced: None,
+            });
         };
         self.units_granted.fetch_add(units, Ordering::Relaxed);
-        // The new grant replaces what the lease held: fewer units than one
-        // check's cost, counted at the shared store until they expire.
+        let need = cost - from_lease;
+        let covered = units >= need;
+        if covered {
+            lease.unspent -= from_lease;
+        }
+        // The new grant replaces the old one: what is left of the old one
+        // (nothing, unless refunds credited it while the grant was in
+        // flight, or the check could not be covered) goes back.
+        let replaced = lease.take_unspent(now);
         lease.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         lease.piece = Some((receipt, units));
-        lease.unspent = units - need;
+        lease.unspent = if covered { units - need } else { units };
         lease.valid_until = sent.saturating_add(nanos(policy.lease_lifetime(&decision)));
         lease.spacing = policy
             .unit_spacing()
@@ -924,8 +1079,15 @@ where
         lease.shared_remaining = decision.remaining().unwrap_or(0);
         lease.size = size;
         lease.last_used = sent;
-        let now = self.clock.now_nanos();
-        Ok((local_decision(policy, lease, now), local_stamp(lease)))
+        let landed = if covered {
+            Landed::Decided(
+                local_decision(policy, lease, now),
+                local_stamp(lease, from_lease),
+            )
+        } else {
+            Landed::Retry
+        };
+        Ok(Landing { landed, replaced })
     }
 
     /// A cold key's check: admitted by the shared store for its cost, and
@@ -935,13 +1097,15 @@ where
     async fn admit_exactly(
         &self,
         check: &Check<'_, S::Policy>,
-        sent: u64,
+        sending: Sending,
         with_receipt: bool,
     ) -> Result<(Decision, Option<Receipt>), LeasedError<S::Error>> {
         let key = check.counter_key();
+        let (sent, generation) = (sending.at, sending.generation);
         let mut in_flight = InFlight {
             shard: self.shard(&key),
             key,
+            sending,
             landed: false,
         };
         let admitted = if with_receipt {
@@ -959,7 +1123,10 @@ where
         in_flight.landed = true;
         {
             let mut leases = lock(in_flight.shard);
-            if let Some(lease) = leases.get_mut(&key) {
+            if let Some(lease) = leases
+                .get_mut(&key)
+                .filter(|lease| lease.generation == generation)
+            {
                 lease.land();
                 if let Ok((decision, _)) = &admitted
                     && decision.is_allowed()
@@ -1003,19 +1170,23 @@ where
                         with_receipt.then(|| local_receipt(&[(check, stamp)])),
                     ))
                 }
-                Err(Plan::Grant { size, sent }) if size == check.cost() => {
-                    // A grant of exactly the check's cost leaves nothing to
-                    // hold: the shared store's own admission is the cheaper
-                    // statement.
-                    self.admit_exactly(check, sent, with_receipt).await
+                Err(Plan::Grant(sending))
+                    if sending.size == check.cost() && sending.reserved == 0 =>
+                {
+                    // A grant of exactly the check's cost, with nothing set
+                    // aside, leaves nothing to hold: the shared store's own
+                    // admission is the cheaper statement.
+                    self.admit_exactly(check, sending, with_receipt).await
                 }
-                Err(Plan::Grant { size, sent }) => {
-                    let (decision, stamp) = self.admit_granted(check, size, sent).await?;
-                    let receipt =
-                        (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
-                            .then(|| local_receipt(&[(check, stamp)]));
-                    Ok((decision, receipt))
-                }
+                Err(Plan::Grant(sending)) => match self.admit_granted(check, sending).await? {
+                    Landed::Decided(decision, stamp) => {
+                        let receipt =
+                            (with_receipt && decision.is_allowed() && stamp.words()[0] != u64::MAX)
+                                .then(|| local_receipt(&[(check, stamp)]));
+                        Ok((decision, receipt))
+                    }
+                    Landed::Retry => continue,
+                },
                 #[cfg(feature = "tokio")]
                 Err(Plan::Wait(landed)) => {
                     // The grant in flight usually brings units for this check
@@ -1131,7 +1302,7 @@ where
             lease.unspent -= check.cost();
             lease.last_used = now;
             decisions.push(local_decision(check.policy(), lease, now));
-            stamps.push(local_stamp(lease));
+            stamps.push(local_stamp(lease, 0));
         }
         Some((decisions, stamps))
     }
@@ -1164,12 +1335,15 @@ where
         let now = self.clock.now_nanos();
         let mut credited = 0;
         for ((check, admitted), &units) in checks.iter().zip(receipt.admitted()).zip(units) {
+            let [generation, unspent_after, from_before] = admitted.stamp().words();
+            // Units the check spent from the grant before this one went with
+            // it: only its units from this grant can come back here.
+            let units = units.min(check.cost().saturating_sub(from_before));
             if units == 0 {
                 continue;
             }
             let key = check.counter_key();
             let mut leases = lock(self.shard(&key));
-            let [generation, unspent_after, _] = admitted.stamp().words();
             // A GCRA lease's units are its grant's last increments, spent
             // earliest first: the admission's own go back only while nothing
             // was spent after it (they sit just before what the lease still
@@ -1261,10 +1435,11 @@ fn local_decision<P: Policy>(policy: &P, lease: &Lease<P>, now: u64) -> Decision
     .unwrap_or_else(|_| unreachable!("remaining is capped at the capacity"))
 }
 
-/// A local admission's stamp: the grant it was admitted from, and what the
-/// lease held unspent right after it.
-fn local_stamp<P>(lease: &Lease<P>) -> Stamp {
-    Stamp::new([lease.generation, lease.unspent, 0])
+/// A local admission's stamp: the grant it was admitted from, what the
+/// lease held unspent right after it, and how many of its units it spent
+/// from the grant before (when that grant's last units went toward it).
+fn local_stamp<P>(lease: &Lease<P>, from_before: u64) -> Stamp {
+    Stamp::new([lease.generation, lease.unspent, from_before])
 }
 
 fn local_receipt<P: Policy>(admitted: &[(&Check<'_, P>, Stamp)]) -> Receipt {
@@ -1299,12 +1474,11 @@ where
                 self.report_local(Operation::Check, std::slice::from_ref(check));
                 Some(Ok(decision))
             }
-            Err(Plan::Grant { .. }) => {
-                // Not served here: release the key for the awaited check.
+            Err(Plan::Grant(sending)) => {
+                // Not served here: release the key, and what its lease set
+                // aside, for the awaited check.
                 let key = check.counter_key();
-                if let Some(lease) = lock(self.shard(&key)).get_mut(&key) {
-                    lease.land();
-                }
+                abandon(self.shard(&key), &key, &sending);
                 None
             }
             Err(_) => None,
@@ -1380,6 +1554,7 @@ where
     ) -> Result<bool, Self::Error> {
         let key = Check::new(policy, *subject).counter_key();
         if let Some(mut lease) = lock(self.shard(&key)).remove(&key) {
+            self.leased_keys.fetch_sub(1, Ordering::Relaxed);
             // Checks waiting for a grant in flight try again, without it.
             lease.land();
         }

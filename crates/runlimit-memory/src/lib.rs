@@ -112,7 +112,10 @@
 //!   one, reclaimed by bounded cleanup once its deadline has passed; a peek
 //!   never stores a key.
 //! * **Observers** run after locks are released; their panics are caught, and
-//!   without an observer no clock is read for timing.
+//!   without an observer no clock is read for timing. A store's capacity
+//!   observations carry the name [`Store::with_name`] gave it (`default`
+//!   otherwise): name the stores of one process apart, so their gauges do
+//!   not overwrite each other's.
 //!
 //! # In front of a shared backend
 //!
@@ -126,7 +129,11 @@
 //! * [`Leased`]: a lease per hot key, so checks are admitted from units the
 //!   shared store granted this replica, without a round trip; every unit
 //!   admitted was consumed at the shared store first, and the unspent ones
-//!   go back with a settlement.
+//!   go back with a settlement. A replica denies only what its lease and the
+//!   shared store together cannot cover, so under-admission stays within
+//!   what other replicas' leases hold (at most `replicas × max_grant` units
+//!   of a key), for weighted checks too; at most
+//!   [`max_keys`](LeaseConfig::new) keys hold a lease at once.
 //! * [`DenialCache`] and [`Cached`]: keys the backend denied are denied
 //!   locally, without a round trip, until the backend's own retry time; see
 //!   the [`DenialCache`] documentation for exactly when a cached denial can

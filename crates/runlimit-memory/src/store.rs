@@ -13,7 +13,7 @@ use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
     CapacityObservation, CarriedFrom, CarryObservation, Check, CleanupObservation, CounterKey,
     Decision, Denial, Grant, Granted, Lifecycle, Limiter, Observer, Operation, Policy, PolicyLabel,
-    Receipt, RefundError, Refunded, Settle, Stamp, Storage, SubjectKey, carry::carry,
+    Receipt, RefundError, Refunded, Settle, Stamp, Storage, StoreName, SubjectKey, carry::carry,
     grant::grant_bound, notify, validate_batch,
 };
 
@@ -40,6 +40,7 @@ pub struct Store<A: Algorithm> {
     config: MemoryStoreConfig,
     clock: StoreClock,
     observer: Option<Arc<dyn Observer>>,
+    name: StoreName,
 }
 
 /// Batches up to this size keep their working state on the stack.
@@ -76,7 +77,7 @@ struct Effects {
     removed: usize,
     cleanup_allowance: usize,
     cleanup_elapsed: Duration,
-    capacity: Vec<CapacityObservation>,
+    capacity: Vec<CapacityObservation<'static>>,
     /// A single check that stored a carried state, and what it carried from.
     carried: Option<CarriedFrom>,
 }
@@ -93,6 +94,7 @@ impl<A: Algorithm> Store<A> {
             config,
             clock: StoreClock::default(),
             observer: None,
+            name: StoreName::default(),
         }
     }
 
@@ -113,6 +115,40 @@ impl<A: Algorithm> Store<A> {
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observer = Some(Arc::new(observer));
         self
+    }
+
+    /// Names the store in what it reports to its observer: the `store` label
+    /// of its capacity gauges and the `store` field of its capacity events.
+    /// Unnamed, a store is `default`; give every store of a process its own
+    /// name, as two stores with one name report over each other's gauges.
+    ///
+    /// ```
+    /// use runlimit_core::{StoreName, observers::MetricsObserver};
+    /// use runlimit_memory::{GcraStore, MemoryStore, MemoryStoreConfig};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let login = MemoryStore::new(MemoryStoreConfig::new(10_000)?)
+    ///     .with_name(StoreName::new("login")?)
+    ///     .with_observer(MetricsObserver::new());
+    /// let api = GcraStore::new(MemoryStoreConfig::new(50_000)?)
+    ///     .with_name(StoreName::new("api")?)
+    ///     .with_observer(MetricsObserver::new());
+    /// assert_eq!(login.name().as_str(), "login");
+    /// # let _ = api;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_name(mut self, name: StoreName) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// The store's name: what [`with_name`](Self::with_name) set, or
+    /// `default`.
+    #[must_use]
+    pub fn name(&self) -> &StoreName {
+        &self.name
     }
 
     /// The configuration the store was built with.
@@ -1074,12 +1110,12 @@ impl<A: Algorithm> Store<A> {
     #[inline]
     fn report_effects(&self, effects: &Effects) {
         if let Some(observer) = &self.observer {
-            Self::report_observed_effects(&**observer, effects);
+            Self::report_observed_effects(&**observer, &self.name, effects);
         }
     }
 
     #[inline(never)]
-    fn report_observed_effects(observer: &dyn Observer, effects: &Effects) {
+    fn report_observed_effects(observer: &dyn Observer, name: &StoreName, effects: &Effects) {
         if effects.removed > 0 {
             let cleanup = CleanupObservation::new(
                 effects.cleanup_allowance as u64,
@@ -1089,7 +1125,8 @@ impl<A: Algorithm> Store<A> {
             notify(observer, |observer| observer.on_cleanup(&cleanup));
         }
         for capacity in &effects.capacity {
-            notify(observer, |observer| observer.on_capacity(capacity));
+            let capacity = capacity.in_store(name);
+            notify(observer, |observer| observer.on_capacity(&capacity));
         }
     }
 }
@@ -1131,7 +1168,7 @@ fn capacity_denial<S: Packed>(table: &Table<S>, now: u64) -> Denial {
     }
 }
 
-fn capacity_of<S: Packed>(table: &Table<S>, shard_index: usize) -> CapacityObservation {
+fn capacity_of<S: Packed>(table: &Table<S>, shard_index: usize) -> CapacityObservation<'static> {
     CapacityObservation::new(
         table.len() as u64,
         table.capacity() as u64,
@@ -1146,6 +1183,7 @@ impl<A: Algorithm> fmt::Debug for Store<A> {
             .field("config", &self.config)
             .field("clock", &self.clock)
             .field("observer", &self.observer.is_some())
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }

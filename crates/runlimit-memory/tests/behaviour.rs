@@ -500,7 +500,8 @@ struct Recorder {
     store: Mutex<Option<Arc<MemoryStore>>>,
     admissions: Mutex<Vec<Admission>>,
     cleanups: Mutex<Vec<CleanupObservation>>,
-    capacities: Mutex<Vec<CapacityObservation>>,
+    /// Each capacity observation's used, capacity and shard.
+    capacities: Mutex<Vec<(u64, u64, Option<usize>)>>,
     reentered: AtomicUsize,
 }
 
@@ -526,8 +527,12 @@ impl Observer for Recorder {
         self.cleanups.lock().expect("lock").push(*observation);
     }
 
-    fn on_capacity(&self, observation: &CapacityObservation) {
-        self.capacities.lock().expect("lock").push(*observation);
+    fn on_capacity(&self, observation: &CapacityObservation<'_>) {
+        self.capacities.lock().expect("lock").push((
+            observation.used(),
+            observation.capacity(),
+            observation.shard(),
+        ));
     }
 }
 
@@ -597,10 +602,12 @@ fn observers_run_after_locks_are_released_and_see_no_keys() {
     assert!(
         capacities
             .iter()
-            .all(|c| c.capacity() == 1 && c.shard() == Some(0))
+            .all(|&(_, capacity, shard)| capacity == 1 && shard == Some(0))
     );
     assert_eq!(
-        capacities.last().map(CapacityObservation::headroom),
+        capacities
+            .last()
+            .map(|&(used, capacity, _)| capacity - used),
         Some(0)
     );
     *recorder.store.lock().expect("lock") = None;

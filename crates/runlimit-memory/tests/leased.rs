@@ -11,7 +11,7 @@ use std::{
 };
 
 use proptest::prelude::*;
-use runlimit_conformance::Shared;
+use runlimit_conformance::{Shared, leased_trace, leased_weighted_suite, run_leased_trace};
 use runlimit_core::{
     Admission, BatchDecision, Check, Decision, FixedWindowPolicy, GcraPolicy, Grant, Granted,
     Lifecycle, Limiter, PolicyId, Receipt, Refunded, ScopeId, Settle, SlidingWindowPolicy,
@@ -63,7 +63,7 @@ fn used_at_shared(store: &MemoryStore, policy: &FixedWindowPolicy, n: u8) -> u64
         .peek(&Check::new(policy, key(n)))
         .expect("peek")
         .remaining()
-        .expect("allowed");
+        .unwrap_or(0);
     policy.limit() - remaining
 }
 
@@ -240,7 +240,8 @@ impl Grant for Gated {
     }
 }
 
-/// A leased replica whose grants wait at a gate, open to begin with.
+/// A leased replica whose grants wait at a gate, open to begin with, on
+/// one clock with its shared store.
 struct Gate {
     store: Arc<MemoryStore>,
     waiting: Arc<AtomicBool>,
@@ -250,8 +251,8 @@ struct Gate {
 }
 
 impl Gate {
-    fn new() -> Self {
-        let store = Arc::new(MemoryStore::new(store_config()));
+    fn new(clock: &ManualClock) -> Self {
+        let store = Arc::new(MemoryStore::new(store_config()).with_clock(clock.clone()));
         let (waiting, open) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicBool::new(true)),
@@ -266,53 +267,152 @@ impl Gate {
             store,
             waiting,
             open,
-            replica: Arc::new(Leased::new(gated, config)),
+            replica: Arc::new(Leased::new(gated, config).with_clock(clock.clone())),
             policy: Arc::new(fixed(100, Duration::from_secs(60))),
         }
     }
 }
 
-/// While a check waits for a grant, the units its lease still held are
-/// spent by another check; the grant then replaces them, so nothing is
-/// admitted twice: the shared store counts exactly what was admitted and
-/// what the lease holds.
+/// A check that costs more than its lease holds sets what the lease holds
+/// aside toward its cost and takes a grant for the rest: while the grant is
+/// in flight no other check spends those units (one waits for the grant
+/// instead), and when it lands nothing of the old grant is left unspent, so
+/// the shared store counts exactly what was admitted and what the lease
+/// holds.
 #[tokio::test]
-async fn units_spent_while_a_grant_is_in_flight_count_once() {
+async fn units_held_while_a_grant_is_in_flight_go_toward_its_check() {
     let Gate {
         store,
         waiting,
         open,
         replica,
         policy,
-    } = Gate::new();
+    } = Gate::new(&ManualClock::new());
     let one = Check::new(&*policy, key(13));
     // A cold check, then a grant of two: one unit held.
     for _ in 0..2 {
         assert!(replica.check(&one).await.expect("no error").is_allowed());
     }
     assert_eq!(replica.stats().units_held, 1);
-    // A check of two needs a grant, which waits at the gate...
+    // A check of two sets the held unit aside and takes a grant (of one
+    // to four units) for the rest, which waits at the gate...
     open.store(false, Ordering::SeqCst);
     waiting.store(false, Ordering::SeqCst);
-    let two = {
+    let spawn_check = |cost: u64| {
         let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
         tokio::spawn(async move {
-            let two = Check::weighted(&*policy, key(13), 2).expect("valid");
-            replica.check(&two).await.expect("no error").is_allowed()
+            let check = Check::weighted(&*policy, key(13), cost).expect("valid");
+            replica.check(&check).await.expect("no error").is_allowed()
+        })
+    };
+    let two = spawn_check(2);
+    while !waiting.load(Ordering::SeqCst) {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(replica.stats().units_held, 0, "set aside");
+    // ...while a check of one finds nothing to spend and waits for it.
+    let another = spawn_check(1);
+    while replica.stats().waits == 0 {
+        tokio::task::yield_now().await;
+    }
+    open.store(true, Ordering::SeqCst);
+    assert!(two.await.expect("task"));
+    assert!(another.await.expect("task"));
+    let admitted = 1 + 1 + 2 + 1;
+    let stats = replica.stats();
+    // The grant of four: one toward the check of two, one to the waiting
+    // check, two held.
+    assert_eq!((stats.grants, stats.units_held), (3, 2), "{stats:?}");
+    assert_eq!(used_at_shared(&store, &policy, 13), admitted + 2);
+}
+
+/// Units set aside for a check can stop being spendable while its grant is
+/// in flight (here the lease ends, a millisecond before its window): the
+/// check then counts only on the grant, and when that is not enough the
+/// lease keeps the grant and the check tries again, here denied as the
+/// window's last units do not cover it.
+#[tokio::test]
+async fn a_check_whose_set_aside_units_expire_in_flight_tries_again() {
+    let clock = ManualClock::new();
+    let Gate {
+        store,
+        waiting,
+        open,
+        replica,
+        policy,
+    } = Gate::new(&clock);
+    let one = Check::new(&*policy, key(17));
+    // Grants of 1 (the cold check), 2 and 4: three units held.
+    for _ in 0..4 {
+        assert!(replica.check(&one).await.expect("no error").is_allowed());
+    }
+    assert_eq!(replica.stats().units_held, 3);
+    // Others take all but three of the window's units.
+    let others = Check::weighted(&*policy, key(17), 90).expect("valid");
+    assert!(store.check(&others).expect("no error").is_allowed());
+    open.store(false, Ordering::SeqCst);
+    waiting.store(false, Ordering::SeqCst);
+    let five = {
+        let (replica, policy) = (Arc::clone(&replica), Arc::clone(&policy));
+        tokio::spawn(async move {
+            let five = Check::weighted(&*policy, key(17), 5).expect("valid");
+            replica.check(&five).await.expect("no error").is_allowed()
         })
     };
     while !waiting.load(Ordering::SeqCst) {
         tokio::task::yield_now().await;
     }
-    // ...while another check spends the held unit.
-    assert!(replica.check(&one).await.expect("no error").is_allowed());
+    // The lease ends with the grant in flight; the window lasts half a
+    // millisecond longer, and the grant takes its last three units.
+    clock.advance(Duration::from_secs(60) - Duration::from_micros(500));
     open.store(true, Ordering::SeqCst);
-    assert!(two.await.expect("task"));
-    let admitted = 1 + 1 + 1 + 2;
+    assert!(!five.await.expect("task"), "three units do not cover five");
+    // The cold check, grants of 2, 4 and 3, and the try again.
+    assert_eq!(replica.stats().grants, 5);
+    // In the next window the replica admits and holds exactly what the
+    // shared store counts.
+    clock.advance(Duration::from_millis(1));
+    let five = Check::weighted(&*policy, key(17), 5).expect("valid");
+    assert!(replica.check(&five).await.expect("no error").is_allowed());
     assert_eq!(
-        used_at_shared(&store, &policy, 13),
-        admitted + replica.stats().units_held
+        used_at_shared(&store, &policy, 17),
+        5 + replica.stats().units_held
     );
+}
+
+/// A refund of a check that spent a lease's last units and the first of
+/// the grant that replaced it gives back only its units from that grant:
+/// the others went with the grant they came from.
+#[tokio::test]
+async fn a_refund_credits_a_lease_only_the_units_spent_from_it() {
+    let clock = ManualClock::new();
+    let config = lease_config(8).with_remaining_share(100).expect("valid");
+    let (store, leased) = replicas(&clock, 1, config);
+    let replica = &leased[0];
+    let policy = fixed(100, Duration::from_secs(60));
+    let one = Check::new(&policy, key(18));
+    // Grants of 1 (the cold check), 2 and 4: three units held.
+    for _ in 0..4 {
+        assert!(replica.check(&one).await.expect("no error").is_allowed());
+    }
+    assert_eq!(replica.stats().units_held, 3);
+    // Five: the three held and two of a grant of eight, six left.
+    let five = Check::weighted(&policy, key(18), 5).expect("valid");
+    let mut admission = replica.admit(&five).await.expect("no error");
+    assert!(admission.decision().is_allowed());
+    assert_eq!(replica.stats().units_held, 6);
+    let four = Check::weighted(&policy, key(18), 4).expect("valid");
+    assert!(replica.check(&four).await.expect("no error").is_allowed());
+    assert_eq!(replica.stats().units_held, 2);
+    let receipt = admission.take_receipt().expect("allowed");
+    let refunded = replica.refund(&[five], receipt).await.expect("refund");
+    assert_eq!(refunded.credited(), 1);
+    // Two back, not five: the grant of eight has four admitted from it.
+    assert_eq!(replica.stats().units_held, 4);
+    // Grants of 1, 2, 4 and 8 (15 units): 8 admitted, 4 held, and the
+    // three units of the grant of four that went toward the refunded check
+    // stay consumed until the window ends.
+    assert_eq!(used_at_shared(&store, &policy, 18), 8 + 4 + 3);
 }
 
 /// Checks key `n` once (cold: the shared store's own check, not a grant),
@@ -365,7 +465,7 @@ async fn a_check_waits_for_the_grant_in_flight_for_its_key() {
         open,
         replica,
         policy,
-    } = Gate::new();
+    } = Gate::new(&ManualClock::new());
     let (granting, waiting_check) = gate_and_wait(&replica, &policy, &waiting, &open, 14).await;
     open.store(true, Ordering::SeqCst);
     assert!(granting.await.expect("task"));
@@ -386,7 +486,7 @@ async fn a_reset_wakes_the_checks_waiting_for_a_grant() {
         open,
         replica,
         policy,
-    } = Gate::new();
+    } = Gate::new(&ManualClock::new());
     let (granting, waiting_check) = gate_and_wait(&replica, &policy, &waiting, &open, 15).await;
     replica.reset(&policy, &key(15)).await.expect("reset");
     // The woken check's own grant waits at the gate like the first.
@@ -786,6 +886,37 @@ proptest! {
     }
 }
 
+/// The weighted lease case every backend runs, on each memory store.
+#[tokio::test]
+async fn weighted_leases_admit_the_whole_limit_on_every_memory_store() {
+    leased_weighted_suite(&Shared(Arc::new(MemoryStore::new(store_config())))).await;
+    leased_weighted_suite(&Shared(Arc::new(SlidingWindowStore::new(store_config())))).await;
+    leased_weighted_suite(&Shared(Arc::new(GcraStore::new(store_config())))).await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Weighted checks on leased replicas of each memory store, held to the
+    /// ledger every backend is ([`runlimit_conformance::leased`]): the shared
+    /// store counts exactly what was admitted and what the leases hold,
+    /// never more than the limit is admitted, and a replica denies only what
+    /// its lease and the shared store together cannot cover.
+    #[test]
+    fn weighted_leased_traces_strand_no_units(trace in leased_trace()) {
+        runtime()
+            .block_on(async {
+                let fixed = Shared(Arc::new(MemoryStore::new(store_config())));
+                run_leased_trace(&fixed, &trace).await?;
+                let sliding = Shared(Arc::new(SlidingWindowStore::new(store_config())));
+                run_leased_trace(&sliding, &trace).await?;
+                let gcra = Shared(Arc::new(GcraStore::new(store_config())));
+                run_leased_trace(&gcra, &trace).await
+            })
+            .map_err(TestCaseError::fail)?;
+    }
+}
+
 /// Records whether each admission an observer sees came from a lease.
 #[derive(Debug, Clone, Default)]
 struct SeenLeased(Arc<std::sync::Mutex<Vec<bool>>>);
@@ -832,4 +963,46 @@ async fn observers_see_local_admissions_apart_from_shared_ones() {
         shared,
         vec![false; usize::try_from(stats.grants).expect("small")]
     );
+}
+
+/// `max_keys` bounds the leases of the whole limiter, wherever its keys
+/// fall; a key that finds no room is decided by the shared store, one check
+/// at a time, as exactly as a leased one; a flush makes room again.
+#[tokio::test]
+async fn max_keys_bounds_the_leases_of_the_whole_limiter() {
+    for max_keys in [1_u8, 4] {
+        let clock = ManualClock::new();
+        let config = LeaseConfig::new(usize::from(max_keys))
+            .and_then(|config| config.with_max_grant(8))
+            .expect("valid");
+        let (store, leased) = replicas(&clock, 1, config);
+        let replica = &leased[0];
+        let policy = fixed(10, Duration::from_secs(60));
+        // 32 keys, spread over every lease shard, each checked until denied.
+        let keys = 100..132_u8;
+        for n in keys.clone() {
+            let check = Check::new(&policy, key(n));
+            let mut admitted = 0;
+            while replica.check(&check).await.expect("no error").is_allowed() {
+                admitted += 1;
+            }
+            assert_eq!(admitted, 10, "key {n}");
+            assert_eq!(used_at_shared(&store, &policy, n), 10, "key {n}");
+        }
+        let stats = replica.stats();
+        assert_eq!(stats.leases, u64::from(max_keys), "{stats:?}");
+        // Every check of a key without a lease, the denied one included.
+        let unleased = keys.len() as u64 - u64::from(max_keys);
+        assert_eq!(stats.shared_checks, unleased * 11, "{stats:?}");
+
+        replica.flush().await.expect("flush");
+        assert_eq!(replica.stats().leases, 0);
+        let fresh = Check::new(&policy, key(200));
+        for _ in 0..2 {
+            assert!(replica.check(&fresh).await.expect("no error").is_allowed());
+        }
+        let stats = replica.stats();
+        assert_eq!(stats.leases, 1, "{stats:?}");
+        assert_eq!(stats.shared_checks, unleased * 11, "{stats:?}");
+    }
 }

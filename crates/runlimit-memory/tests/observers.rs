@@ -9,7 +9,7 @@ use std::{
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use runlimit_core::{
-    Check, FixedWindowPolicy, Limiter, PolicyId, QuotaMode, ScopeId, SubjectKey,
+    Check, FixedWindowPolicy, Limiter, PolicyId, QuotaMode, ScopeId, StoreName, SubjectKey,
     observers::{MetricsObserver, TracingObserver},
 };
 use runlimit_memory::{DenialCache, ManualClock, MemoryStore, MemoryStoreConfig};
@@ -178,6 +178,79 @@ fn the_metrics_observer_counts_the_known_sequence() {
     );
 }
 
+/// Two stores named apart keep capacity gauges of their own, so a change in
+/// one never overwrites the other's; a store left unnamed reports as
+/// `default`.
+#[test]
+fn named_stores_report_capacity_gauges_of_their_own() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let store = |max_keys: usize, name: Option<&str>| {
+        let store = MemoryStore::new(MemoryStoreConfig::new(max_keys).expect("valid"));
+        let store = match name {
+            Some(name) => store.with_name(StoreName::new(name).expect("valid")),
+            None => store,
+        };
+        store.with_observer(MetricsObserver::new())
+    };
+    metrics::with_local_recorder(&recorder, || {
+        let (login, api, unnamed) = (
+            store(40, Some("login")),
+            store(4, Some("api")),
+            store(8, None),
+        );
+        let policy = window("named", 5);
+        for n in 0..32 {
+            let check = Check::new(&policy, SubjectKey::from_digest([n; 32]));
+            assert!(login.check(&check).expect("ok").is_allowed());
+        }
+        for n in 0..2 {
+            let check = Check::new(&policy, SubjectKey::from_digest([n; 32]));
+            assert!(api.check(&check).expect("ok").is_allowed());
+        }
+        let check = Check::new(&policy, SubjectKey::from_digest([0; 32]));
+        assert!(unnamed.check(&check).expect("ok").is_allowed());
+    });
+    let mut gauges = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let DebugValue::Gauge(value) = value else {
+            continue;
+        };
+        let key = key.key();
+        let label = |name: &str| {
+            key.labels()
+                .find(|label| label.key() == name)
+                .map(|label| label.value().to_owned())
+        };
+        gauges.push((
+            key.name().to_owned(),
+            label("store"),
+            label("shard"),
+            value.into_inner(),
+        ));
+    }
+    gauges.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let gauge = |name: &str, store: &str, value: f64| {
+        (
+            name.to_owned(),
+            Some(store.to_owned()),
+            Some("0".to_owned()),
+            value,
+        )
+    };
+    assert_eq!(
+        gauges,
+        [
+            gauge("runlimit_storage_headroom", "api", 2.0),
+            gauge("runlimit_storage_headroom", "default", 7.0),
+            gauge("runlimit_storage_headroom", "login", 8.0),
+            gauge("runlimit_storage_used", "api", 2.0),
+            gauge("runlimit_storage_used", "default", 1.0),
+            gauge("runlimit_storage_used", "login", 32.0),
+        ]
+    );
+}
+
 /// Records every event's level, message and fields as text.
 #[derive(Clone, Default)]
 struct Events(Arc<Mutex<Vec<(tracing::Level, String)>>>);
@@ -221,6 +294,7 @@ fn the_tracing_observer_emits_events_without_keys() {
     assert_eq!(at(tracing::Level::WARN, "outcome=\"capacity_denied\""), 1);
     // Filling the store's two slots, and the denial for want of a third.
     assert_eq!(at(tracing::Level::WARN, "rate limit storage full"), 2);
+    assert_eq!(at(tracing::Level::WARN, "store=\"default\""), 2);
     for (_, text) in events.iter() {
         assert!(
             !text.contains(&hex(&SUBJECT)) && !text.contains("171, 171"),

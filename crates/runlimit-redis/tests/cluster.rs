@@ -4,13 +4,15 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use common::Layout;
+use proptest::{prelude::*, test_runner::TestRunner};
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
-    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    Shared, TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite,
+    fixed_window_settle_suite, fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite,
+    gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
     sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
     sliding_window_suite,
 };
@@ -124,6 +126,45 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     sliding_window_lifecycle_suite(&limiter, &time).await;
     sliding_window_settle_suite(&limiter, &time).await;
     sliding_window_grant_suite(&limiter).await;
+}
+
+/// Leased replicas in front of a cluster, checking weighted costs, held to
+/// the ledger of `runlimit_conformance::leased` for every algorithm (the
+/// weighted case and random traces).
+#[test]
+fn weighted_leased_traces_strand_no_units_on_a_cluster() {
+    let Some(nodes) = nodes() else { return };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let connection = runtime.block_on(connect(&nodes));
+    let config = common::config("cluster-leased");
+    let fixed = Shared(Arc::new(RedisLimiter::<_, FixedWindowPolicy>::cluster(
+        connection.clone(),
+        config.clone(),
+    )));
+    let sliding = Shared(Arc::new(RedisLimiter::<_, SlidingWindowPolicy>::cluster(
+        connection.clone(),
+        config.clone(),
+    )));
+    let gcra = Shared(Arc::new(RedisLimiter::<_, GcraPolicy>::cluster(
+        connection, config,
+    )));
+    runtime.block_on(async {
+        leased_weighted_suite(&fixed).await;
+        leased_weighted_suite(&sliding).await;
+        leased_weighted_suite(&gcra).await;
+    });
+    TestRunner::new(ProptestConfig::with_cases(32))
+        .run(&leased_trace(), |trace| {
+            runtime
+                .block_on(async {
+                    run_leased_trace(&fixed, &trace).await?;
+                    run_leased_trace(&sliding, &trace).await?;
+                    run_leased_trace(&gcra, &trace).await
+                })
+                .map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .expect("every trace");
 }
 
 #[tokio::test]

@@ -13,14 +13,24 @@ use crate::observation::{
 /// Prometheus conventions: snake case, a `runlimit_` prefix, `_total` for
 /// counters, base units (seconds) in the name.
 ///
+/// # Which exporter
+///
+/// This observer records through the `metrics` 0.24 facade. An exporter
+/// sees only what is recorded through the facade version it was built on,
+/// so install one built on `metrics` 0.24: for Prometheus,
+/// `metrics-exporter-prometheus` 0.18 (what this project builds and tests
+/// with). An exporter on another facade version (0.23, say) installs
+/// without error and serves none of these metrics; `cargo tree --duplicates`
+/// lists `metrics` when two versions are in the build.
+///
 /// | metric | kind | labels |
 /// |---|---|---|
 /// | `runlimit_checks_total` | counter, one per check of an operation | `operation`, `policy`, `scope`, `outcome`, `source` |
 /// | `runlimit_denials_total` | counter, one per denied operation, for the check that decided it | `policy`, `scope`, `outcome`, `source` |
 /// | `runlimit_operation_duration_seconds` | histogram | `operation`, `outcome` |
 /// | `runlimit_may_have_consumed_errors_total` | counter: failures that may have consumed quota | `operation` |
-/// | `runlimit_storage_headroom` | gauge: keys that still fit | `shard` |
-/// | `runlimit_storage_used` | gauge: keys stored | `shard` |
+/// | `runlimit_storage_headroom` | gauge: keys that still fit | `store`, `shard` |
+/// | `runlimit_storage_used` | gauge: keys stored | `store`, `shard` |
 /// | `runlimit_cleanup_removed_total` | counter: expired keys removed | |
 /// | `runlimit_cleanup_runs_total` | counter: bounded cleanup passes | |
 /// | `runlimit_carried_total` | counter: counters started from another's state ([`carry`](crate::carry)) | `policy`, `scope`, `from` |
@@ -28,12 +38,15 @@ use crate::observation::{
 /// `outcome` is [`AdmissionOutcome::as_str`] (`allowed`, `quota_denied`,
 /// `shadow_denied`, `capacity_denied`, `failed`, `refunded`, …); `source`
 /// is `backend`, `cache` for denials a denial cache answered, or `lease` for
-/// admissions from units a lease already held; `shard` is
+/// admissions from units a lease already held; `store` is the
+/// [`StoreName`](crate::StoreName) the application gave the store (`default`
+/// when it gave none: name every store apart when a process has several, or
+/// their gauges overwrite each other's); `shard` is
 /// the shard number, or `all` for backends that report one total. A check of a
 /// denied batch counts under the batch's outcome; the check that decided it
 /// also counts in `runlimit_denials_total`.
 ///
-/// Labels hold policy and scope identifiers only, which are
+/// Labels hold policy and scope identifiers and store names only, which are
 /// low-cardinality by construction. Never a subject.
 ///
 /// # Examples
@@ -122,13 +135,15 @@ impl Observer for MetricsObserver {
     }
 
     #[allow(clippy::cast_precision_loss)]
-    fn on_capacity(&self, observation: &CapacityObservation) {
+    fn on_capacity(&self, observation: &CapacityObservation<'_>) {
+        let store = observation.store().to_owned();
         let shard = observation
             .shard()
             .map_or_else(|| "all".to_owned(), |shard| shard.to_string());
-        gauge!("runlimit_storage_headroom", "shard" => shard.clone())
+        gauge!("runlimit_storage_headroom", "store" => store.clone(), "shard" => shard.clone())
             .set(observation.headroom() as f64);
-        gauge!("runlimit_storage_used", "shard" => shard).set(observation.used() as f64);
+        gauge!("runlimit_storage_used", "store" => store, "shard" => shard)
+            .set(observation.used() as f64);
     }
 
     fn on_carry(&self, observation: &CarryObservation<'_>) {

@@ -4,10 +4,12 @@
 //! * `TracingObserver` (feature `tracing`): an event per operation,
 //!   cleanup and capacity change, through the `tracing` crate.
 //! * `MetricsObserver` (feature `metrics`): counters, a latency histogram
-//!   and capacity gauges through the `metrics` crate, for any of its
-//!   exporters (Prometheus, StatsD, OpenTelemetry).
+//!   and capacity gauges through the `metrics` 0.24 facade, for any of its
+//!   exporters built on that version (Prometheus: `metrics-exporter-prometheus`
+//!   0.18; StatsD, OpenTelemetry).
 //!
-//! Both label what they report with policy and scope identifiers only: never
+//! Both label what they report with policy and scope identifiers and store
+//! names ([`StoreName`](crate::StoreName)) only: never
 //! a subject key, counter key, fingerprint or error text (observations carry
 //! none). A tuple of observers is an observer that hands every observation to
 //! each in turn, so one backend can feed both:
@@ -58,7 +60,7 @@ macro_rules! tuple_observer {
                 $(notify(&self.$index, |observer| observer.on_cleanup(observation));)+
             }
 
-            fn on_capacity(&self, observation: &CapacityObservation) {
+            fn on_capacity(&self, observation: &CapacityObservation<'_>) {
                 $(notify(&self.$index, |observer| observer.on_capacity(observation));)+
             }
         }

@@ -17,7 +17,8 @@ use crate::observation::{
 ///   `elapsed_us`.
 /// * Cleanup: `DEBUG`, with `requested`, `removed` (absent when unknown) and
 ///   `elapsed_us`.
-/// * Capacity: `DEBUG`, or `WARN` with no headroom left, with `used`,
+/// * Capacity: `DEBUG`, or `WARN` with no headroom left, with `store` (the
+///   [`StoreName`](crate::StoreName) the application gave the store), `used`,
 ///   `capacity`, `headroom` and `shard`.
 ///
 /// No event carries a subject, key or error text. Filter with the usual
@@ -105,11 +106,12 @@ impl Observer for TracingObserver {
         );
     }
 
-    fn on_capacity(&self, observation: &CapacityObservation) {
+    fn on_capacity(&self, observation: &CapacityObservation<'_>) {
         if observation.headroom() == 0 {
             event!(
                 target: "runlimit",
                 Level::WARN,
+                store = observation.store(),
                 used = observation.used(),
                 capacity = observation.capacity(),
                 headroom = observation.headroom(),
@@ -120,6 +122,7 @@ impl Observer for TracingObserver {
             event!(
                 target: "runlimit",
                 Level::DEBUG,
+                store = observation.store(),
                 used = observation.used(),
                 capacity = observation.capacity(),
                 headroom = observation.headroom(),
