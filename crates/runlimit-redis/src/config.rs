@@ -51,22 +51,27 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum KeyRouting {
-    /// Every counter hashes on its own key (the default): load spreads over the
-    /// whole cluster, single checks work for any key, and an atomic batch whose
-    /// keys fall in different slots is refused with
-    /// [`CheckError::CrossSlot`](crate::CheckError::CrossSlot) before anything is
-    /// sent.
+    /// Every counter hashes on its subject key, the hash tag of its key (the
+    /// default): load spreads over the whole cluster, single checks work for
+    /// any key, and an atomic batch whose keys fall in different slots is
+    /// refused with [`CheckError::CrossSlot`](crate::CheckError::CrossSlot)
+    /// before anything is sent. A subject key is derived per policy id and
+    /// scope, so a subject's counters under the versions of one policy share
+    /// a slot: a policy's successor reads its predecessor's counter in the
+    /// same script (see the crate's docs on carrying).
     #[default]
-    PerCounter,
+    PerSubject,
     /// Every counter carries one fixed hash tag, so every key, and so every
     /// batch, lives in one slot. Batches always work, but all rate-limit traffic
     /// lands on the single node owning that slot: a deliberate hot slot, only for
     /// deployments whose limiter traffic one node can carry.
     ///
-    /// Tagging keys by a *subject* (say, the identity of a login batch) instead
-    /// would store a shared counter, such as a client limit, under a different
-    /// key for each identity, silently splitting it; that is why no such routing
-    /// is offered.
+    /// Tagging every key of a batch by one of its subjects (say, the identity
+    /// of a login batch) instead would store a shared counter, such as a
+    /// client limit, under a different key for each identity, silently
+    /// splitting it; that is why no such routing is offered.
+    /// [`PerSubject`](Self::PerSubject) tags each counter by its own subject
+    /// key, which splits nothing.
     SingleSlot(String),
 }
 
@@ -93,7 +98,7 @@ impl Default for RedisConfig {
             prefix: "runlimit:".to_owned(),
             operation_timeout: Duration::from_secs(1),
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
-            routing: KeyRouting::PerCounter,
+            routing: KeyRouting::PerSubject,
             connect_timeout: Duration::from_millis(250),
             max_reconnect_delay: Duration::from_millis(500),
             max_coalesced: DEFAULT_COALESCED,
@@ -281,7 +286,7 @@ mod tests {
     fn values_are_validated() {
         let config = RedisConfig::default();
         assert_eq!(config.prefix(), "runlimit:");
-        assert_eq!(config.routing(), &KeyRouting::PerCounter);
+        assert_eq!(config.routing(), &KeyRouting::PerSubject);
         for prefix in [
             "with space",
             "brace{",

@@ -4,23 +4,39 @@ use runlimit_core::CounterKey;
 
 use crate::config::{KeyRouting, RedisConfig};
 
-/// `prefix` + (`{tag}:` when routed to one slot) + the 128 hex digits of the
-/// counter key. The counter key is a fingerprint and an HMAC output, so keys
-/// reveal neither subjects nor policies.
+/// `prefix`, then the 64 hex digits of the policy fingerprint and the 64 of
+/// the HMAC subject key: the subject's in braces, the key's hash tag, with
+/// [`KeyRouting::PerSubject`]; after `{tag}:` and without braces with
+/// [`KeyRouting::SingleSlot`]. Keys reveal neither subjects nor policies.
 pub(crate) fn redis_key(config: &RedisConfig, counter: &CounterKey) -> String {
     let mut key = String::with_capacity(config.prefix().len() + 140);
     key.push_str(config.prefix());
-    if let KeyRouting::SingleSlot(tag) = config.routing() {
+    let tagged = match config.routing() {
+        KeyRouting::SingleSlot(tag) => {
+            key.push('{');
+            key.push_str(tag);
+            key.push_str("}:");
+            false
+        }
+        KeyRouting::PerSubject => true,
+    };
+    push_hex(&mut key, counter.fingerprint().as_bytes());
+    if tagged {
         key.push('{');
-        key.push_str(tag);
-        key.push_str("}:");
     }
+    push_hex(&mut key, counter.subject().as_bytes());
+    if tagged {
+        key.push('}');
+    }
+    key
+}
+
+fn push_hex(key: &mut String, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for byte in counter.to_bytes() {
+    for &byte in bytes {
         key.push(char::from(HEX[usize::from(byte >> 4)]));
         key.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
-    key
 }
 
 /// The Redis Cluster hash slot of `key` (CRC16/XMODEM of the hash tag, or of
@@ -89,8 +105,33 @@ mod naming {
         let counter =
             Check::new(&policy, hasher.hash_for(&policy, b"alice@example.test")).counter_key();
         let key = redis_key(&RedisConfig::default(), &counter);
-        assert!(key.starts_with("runlimit:") && key.len() == "runlimit:".len() + 128);
+        assert!(key.starts_with("runlimit:") && key.len() == "runlimit:".len() + 130);
         assert!(!key.contains("alice"));
+        // The subject key is the hash tag: a policy's versions (one id and
+        // scope, so one subject key) share a slot, and subjects spread.
+        let raised = FixedWindowPolicy::new(
+            PolicyId::new("auth.login").expect("valid"),
+            ScopeId::new("identity").expect("valid"),
+            16,
+            std::time::Duration::from_secs(60),
+        )
+        .expect("valid");
+        let successor =
+            Check::new(&raised, hasher.hash_for(&raised, b"alice@example.test")).counter_key();
+        assert_ne!(successor, counter);
+        let successor = redis_key(&RedisConfig::default(), &successor);
+        assert_ne!(successor, key);
+        assert_eq!(hash_slot(&successor), hash_slot(&key));
+        let slots: std::collections::HashSet<u16> = (0..64u8)
+            .map(|n| {
+                let subject = hasher.hash_for(&policy, &[n]);
+                hash_slot(&redis_key(
+                    &RedisConfig::default(),
+                    &Check::new(&policy, subject).counter_key(),
+                ))
+            })
+            .collect();
+        assert!(slots.len() > 60, "{} slots for 64 subjects", slots.len());
         let tagged = RedisConfig::default()
             .with_routing(KeyRouting::SingleSlot("login".to_owned()))
             .expect("valid");

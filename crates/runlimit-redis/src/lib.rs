@@ -111,8 +111,9 @@
 //!
 //! # Keys, memory and eviction
 //!
-//! A key is the configured prefix plus the 128 hex digits of the counter key
-//! (policy fingerprint and HMAC subject key); raw subjects never reach Redis.
+//! A key is the configured prefix plus the 64 hex digits of the policy
+//! fingerprint and the 64 of the HMAC subject key, the latter in braces (the
+//! key's Redis Cluster hash tag); raw subjects never reach Redis.
 //! Each key holds one short string (`used:window_end_us`,
 //! `arrival_us:remainder:version`, or for a sliding window its expiry, version
 //! and nine counts) and expires by itself (`SET … PX`) when its window ends,
@@ -175,7 +176,7 @@
 //! Build with [`RedisLimiter::connect_cluster`], or [`RedisLimiter::cluster`]
 //! over a `ClusterConnection` of your own. Single
 //! checks work for any key. A script can only touch keys in one hash slot, so
-//! with the default [`KeyRouting::PerCounter`] a batch whose keys fall in
+//! with the default [`KeyRouting::PerSubject`] a batch whose keys fall in
 //! different slots is refused with [`CheckError::CrossSlot`] before anything is
 //! sent. [`KeyRouting::SingleSlot`] puts every key in one slot so batches always
 //! work, at the price of a hot slot: all limiter traffic on one node.

@@ -396,14 +396,7 @@ async fn eight_connections_checking_and_refunding_one_key_never_exceed_the_limit
     }
     let in_use = admitted.load(Ordering::SeqCst) - credited.load(Ordering::SeqCst);
     assert!(in_use <= limit, "{in_use} units in use of {limit}");
-    let key = {
-        let check = Check::new(&*policy, key(3));
-        let mut counter = String::from(config.prefix());
-        for byte in check.counter_key().to_bytes() {
-            counter.push_str(&format!("{byte:02x}"));
-        }
-        counter
-    };
+    let key = common::redis_key(&config, &Check::new(&*policy, key(3)).counter_key());
     let state: Option<String> = redis::cmd("GET")
         .arg(&key)
         .query_async(&mut admin)

@@ -10,6 +10,7 @@ use std::{
 
 use redis::aio::ConnectionManager;
 use runlimit_conformance::TimeControl;
+use runlimit_core::CounterKey;
 use runlimit_redis::RedisConfig;
 
 pub(crate) fn url() -> String {
@@ -56,6 +57,19 @@ pub(crate) fn config(test: &str) -> RedisConfig {
     RedisConfig::default()
         .with_prefix(format!("rl-test:{test}:{}:{nanos}:", std::process::id()))
         .expect("valid prefix")
+}
+
+/// The Redis key of `counter` under `config`'s prefix with the default
+/// routing, as the crate documents it: the policy fingerprint's hex digits,
+/// then the subject key's in braces, the key's hash tag.
+pub(crate) fn redis_key(config: &RedisConfig, counter: &CounterKey) -> String {
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|byte| format!("{byte:02x}")).collect() };
+    format!(
+        "{}{}{{{}}}",
+        config.prefix(),
+        hex(counter.fingerprint().as_bytes()),
+        hex(counter.subject().as_bytes())
+    )
 }
 
 /// Moves time forward for every key under one prefix by shifting its state
