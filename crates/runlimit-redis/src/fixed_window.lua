@@ -1,9 +1,11 @@
 -- Anchored fixed windows: `admit` decides one batch of counters atomically.
 -- Its keys are KEYS[k + 1 .. k + n]; its ARGV from a + 1: limit, window_us,
--- cost for each key, in order.
+-- cost for each key, in order. A negative window_us marks a check whose
+-- counter may carry another's state (`carry.lua`).
 -- State: "used:expires_us" per counter, expiring with its window.
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), used, expires_us;
--- then now_us.
+-- then now_us. Where a marked check's counter holds no live state, nothing
+-- is written and the reply is {-1, now_us}: the client carries first.
 local stored = {0, 0}
 
 -- One counter's check (not a grant): the common case, decided without the
@@ -34,7 +36,11 @@ local function admit_one(i, limit, window, cost)
             return {0, used, expires, now}
         end
     end
-    local expires = now + tonumber(window)
+    window = tonumber(window)
+    if window < 0 then
+        return {-1, now}
+    end
+    local expires = now + window
     if cost > tonumber(limit) then
         return {1, 0, expires, now}
     end
@@ -50,6 +56,7 @@ local function admit(k, n, a)
         end
     end
     local reply = n == 1 and {0, 0, 0, 0} or {}
+    local marked = false
     all_or_nothing(n, function(i)
         local at = 3 * i
         local limit, window, cost = tonumber(ARGV[a + at - 2]), tonumber(ARGV[a + at - 1]), tonumber(ARGV[a + at])
@@ -59,6 +66,9 @@ local function admit(k, n, a)
         local state = read(k + i)
         if state and fields(state, stored) >= 2 and stored[1] and stored[2] and stored[2] > now then
             used, expires = stored[1], stored[2]
+        elseif window < 0 then
+            marked = true
+            return false
         end
         if granting then
             cost = granting
@@ -78,6 +88,9 @@ local function admit(k, n, a)
         local at = 3 * i
         keep(KEYS[k + i], format('%d:%d', reply[at - 1], reply[at]), reply[at])
     end)
+    if marked then
+        return {-1, now}
+    end
     reply[3 * n + 1] = now
     return reply
 end

@@ -21,6 +21,9 @@ local DIGIT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
 -- decision.
 local function admit_lones(out, at, k, a, r)
     local limit, window, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    -- The most a new window admits: nothing for a marked run (a negative
+    -- window), whose checks without a live window carry first.
+    local fresh_limit = window > 0 and limit or -1
     -- A new window's state and expiry, formatted when a check first needs them.
     local fresh_state, fresh_px = nil, nil
     for i = k + 1, k + r do
@@ -67,7 +70,7 @@ local function admit_lones(out, at, k, a, r)
                     end
                 end
             end
-        elseif cost <= limit then
+        elseif cost <= fresh_limit then
             if not fresh_state then
                 -- As `keep` would write it.
                 fresh_state = format('%d:%d', cost, now + window)

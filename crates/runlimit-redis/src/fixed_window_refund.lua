@@ -1,8 +1,7 @@
--- Refunds of fixed-window admissions, one atomic script for a receipt.
--- KEYS[i]: the counter keys. ARGV for each key: cost (the units given back:
+-- Refunds of fixed-window admissions: `credit_fixed_window(i, at)` gives
+-- back what a receipt names for KEYS[i], its ARGV from at + 1: cost (the units given back:
 -- the whole cost, or what a settlement returns), expires_us (the window
 -- the receipt names), used_after (the count the admission left), window_us.
--- Replies: for each key 1 if credited, else 0.
 -- Credited only while the named window is still the live one:
 --   * nothing else left in it: the counter is deleted, as if never admitted;
 --   * the refunded check started the window and later ones remain: the
@@ -11,11 +10,9 @@
 --     some unknown time before now); the new expiry voids the window's other
 --     receipts;
 --   * otherwise the cost is subtracted.
-local max = math.max
-local reply = {}
 local stored = {0, 0}
-for i = 1, #KEYS do
-    local at = 4 * (i - 1)
+
+local function credit_fixed_window(i, at)
     local cost, named = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
     local used_after, window = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
     local credited = 0
@@ -27,13 +24,15 @@ for i = 1, #KEYS do
             if used <= cost then
                 redis.call('DEL', KEYS[i])
             else
-                if used_after == cost then
-                    expires = max(now + window, expires)
+                if used_after == cost and now + window > expires then
+                    expires = now + window
                 end
                 keep(KEYS[i], format('%d:%d', used - cost, expires), expires)
             end
         end
     end
-    reply[i] = credited
+    return credited
 end
-return reply
+
+-- What `refund_entry.lua` runs for each key.
+local credit, PER_CREDIT = credit_fixed_window, 4

@@ -6,34 +6,14 @@
 -- version 0).
 -- Its keys are KEYS[k + 1 .. k + n]; its ARGV from a + 1, for each key:
 -- quota, increment_us, increment_rem, tolerance_us, tolerance_rem (products
--- already reduced by the client, so every value here stays below 2^53).
+-- already reduced by the client, so every value here stays below 2^53;
+-- `exact_division.lua` multiplies and divides them). A negative quota marks
+-- a check whose counter may carry another's state (`carry.lua`).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), ahead_us,
 -- ahead_rem (how far the new arrival time lies ahead of now) and the version;
--- then now_us.
+-- then now_us. Where a marked check's counter holds no live state, nothing
+-- is written and the reply is {-1, now_us}: the client carries first.
 local stored = {0, 0, 0}
-
--- x // q and x % q for integers below 2^53: floor(x / q) may be off by one
--- where the quotient rounds, and products below 2^53 are exact.
-local function divmod(x, q)
-    local d = floor(x / q)
-    local m = x - d * q
-    if m < 0 then
-        d, m = d - 1, m + q
-    elseif m >= q then
-        d, m = d + 1, m - q
-    end
-    return d, m
-end
-
--- n increments of (us, rem / quota) µs, exactly: n * rem may pass 2^53
--- (both reach 1e9), so rem is split into halves of 15 bits.
-local function times(n, us, rem, quota)
-    local high, low = divmod(rem, 32768)
-    local q1, r1 = divmod(n * high, quota)
-    local q2, r2 = divmod(r1 * 32768 + n * low, quota)
-    local whole, fraction = n * us + q1 * 32768 + q2, r2
-    return whole, fraction
-end
 
 -- How many increments of (us, rem / quota) µs fit between an arrival time
 -- `ahead_us` + `ahead_rem` / quota ahead of now and the tolerance: estimated
@@ -100,6 +80,13 @@ local function admit_one(i, a)
     local inc_us, inc_rem = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     local tol_us, tol_rem = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
     local t, r, version = start_of(i)
+    if quota < 0 then
+        -- Marked: `start_of` starts a counter without live state at now.
+        if t == now and r == 0 then
+            return {-1, now}
+        end
+        quota = -quota
+    end
     t = t + inc_us
     r = r + inc_rem
     if r >= quota then
@@ -120,12 +107,20 @@ local function admit(k, n, a)
     end
     local reply = n == 1 and {0, 0, 0, 0, 0} or {}
     local tat_us, tat_rem, versions = {}, {}, {}
+    local marked = false
     all_or_nothing(n, function(i)
         local base = a + 5 * (i - 1)
         local quota = tonumber(ARGV[base + 1])
         local inc_us, inc_rem = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
         local tol_us, tol_rem = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
         local t, r, version = start_of(k + i)
+        if quota < 0 then
+            if t == now and r == 0 then
+                marked = true
+                return false
+            end
+            quota = -quota
+        end
         if granting then
             inc_us, inc_rem = times(granting, inc_us, inc_rem, quota)
         elseif probing then
@@ -150,6 +145,9 @@ local function admit(k, n, a)
     end, function(i)
         store(KEYS[k + i], tat_us[i], tat_rem[i], versions[i])
     end)
+    if marked then
+        return {-1, now}
+    end
     reply[4 * n + 1] = now
     return reply
 end

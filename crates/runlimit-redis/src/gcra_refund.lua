@@ -1,18 +1,16 @@
--- Refunds of GCRA admissions, one atomic script for a receipt.
--- KEYS[i]: the counter keys. ARGV for each key: quota, increment_us,
+-- Refunds of GCRA admissions: `credit_gcra(i, at)` gives back what a
+-- receipt names for KEYS[i], its ARGV from at + 1: quota, increment_us,
 -- increment_rem (the increment of the units given back: the whole cost, or
 -- what a settlement returns), admitted_us, admitted_rem (the arrival time the admission
 -- left), version (the counter's version at admission).
--- Replies: for each key 1 if credited, else 0.
 -- Credits what is left of the admission's own replenishment,
 -- min(increment, admitted - now), from the current arrival time, while the
 -- admission is still the latest (the stored arrival time and version are the
 -- receipt's): an admission that later ones queued behind credits nothing, so
 -- their increments never move earlier.
-local reply = {}
 local stored = {0, 0, 0}
-for i = 1, #KEYS do
-    local at = 6 * (i - 1)
+
+local function credit_gcra(i, at)
     local quota = tonumber(ARGV[at + 1])
     local inc_us, inc_rem = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
     local admitted_us, admitted_rem = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
@@ -47,6 +45,8 @@ for i = 1, #KEYS do
             credited = 1
         end
     end
-    reply[i] = credited
+    return credited
 end
-return reply
+
+-- What `refund_entry.lua` runs for each key.
+local credit, PER_CREDIT = credit_gcra, 6

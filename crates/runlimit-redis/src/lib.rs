@@ -100,6 +100,68 @@
 //! creation time) that receipts are checked against. On a cluster each works
 //! for any key; a batch's refund, like the batch, needs its keys in one slot.
 //!
+//! # Changing policies and rotating secrets
+//!
+//! A policy built [`continuing`](runlimit_core::FixedWindowPolicy::continuing)
+//! from the one it replaces, and subject keys derived by a
+//! [`KeyHasher`](runlimit_core::KeyHasher) that keeps a previous secret,
+//! carry a subject's state into its new counter the first time the counter
+//! is checked (see [`runlimit_core::carry`] for the translation and its
+//! bound). On Redis:
+//!
+//! * Such a check is *marked* (a sign in one of its script arguments). While
+//!   its counter holds live state the script decides it as any other check:
+//!   a check of a subject whose counter carried already costs one
+//!   invocation on the same script path (coalesced fixed-window checks
+//!   included) as a check of a policy without a predecessor.
+//! * Where a marked check's counter holds no live state (the subject's first
+//!   check after the change, or its first after the counter expired), the
+//!   invocation writes nothing and answers that the counter must carry. The
+//!   limiter then sends a *carrying* invocation: one atomic script that reads
+//!   the sources, translates the first that holds live state exactly as
+//!   core's [`carry`](runlimit_core::carry::carry) does (on Redis's clock, in
+//!   microseconds), stores it if the counter still holds no live state, and
+//!   decides the check, batch or grant as usual. Concurrent first checks
+//!   carry once; carrying is not consuming, so a denied check may leave the
+//!   carried state stored. Observers hear
+//!   [`on_carry`](runlimit_core::Observer::on_carry) once per carried
+//!   counter.
+//! * So a first check costs one more round trip on one server, where the
+//!   carrying script reads every source itself. On a cluster, keys are
+//!   tagged by subject key ([`KeyRouting::PerSubject`]) and a subject key is
+//!   derived per policy id and scope, so a predecessor's counter shares its
+//!   successor's slot: a policy change costs one more round trip there too.
+//!   A previous secret's keys hash elsewhere: their states are read first
+//!   with one `MGET` (which the cluster connection sends to each slot's node
+//!   in parallel) and handed to the carrying script, so a rotation's first
+//!   check costs two more round trips; the states are read a round trip
+//!   before they are carried, so admissions a replica still keying by the
+//!   previous secret makes in between are not carried.
+//! * A peek of a counter that may carry is one read-only script that reads
+//!   the counter and its sources in its slot (on a cluster, with an `MGET`
+//!   after it for sources elsewhere when the counter holds no live state),
+//!   and writes nothing; a reset deletes the counter and every source, one
+//!   `DEL` (on a cluster, one per slot, in parallel). Refunds and
+//!   settlements credit the new counter, as any.
+//!
+//! Until the predecessor's longest window has passed, every counter without
+//! live state costs that extra round trip (a fixed window's first check of
+//! each window, say); then drop the predecessor and the previous secret.
+//!
+//! # Policies of any algorithm
+//!
+//! `RedisLimiter<C, AnyPolicy>` takes checks of [`runlimit_core::AnyPolicy`],
+//! for policies chosen at run time. Each check is decided by its algorithm's
+//! own script code (coalesced with other checks of the limiter, though a
+//! fixed-window check does not take the lone-check loop of a
+//! `FixedWindowPolicy` limiter), and carries between any two algorithms. A
+//! batch may mix algorithms: one script measures every check without
+//! writing, then admits each only if all fit, so it is all admitted or none
+//! consumed. A receipt of a mixed batch is refunded by one script. On a
+//! cluster a batch's keys must share a slot, as any batch's: checks of
+//! different policies hash by different subject keys, so batches of several
+//! policies need [`KeyRouting::SingleSlot`].
+//!
 //! # Exact arithmetic
 //!
 //! Lua numbers are doubles, exact only below 2<sup>53</sup>. Core's portable
@@ -187,12 +249,15 @@
 //! nothing was sent (no connection) or Redis refused the script, and `true`
 //! when the connection failed or the timeout expired after sending.
 
+mod carry;
 mod coalesce;
 mod config;
 mod connection;
 mod error;
 mod keys;
 mod limiter;
+#[cfg(test)]
+mod testing;
 
 pub use config::{
     ConfigError, DEFAULT_COALESCED, KeyRouting, MAX_BATCH_SIZE, MAX_COALESCED, MAX_PREFIX_LEN,

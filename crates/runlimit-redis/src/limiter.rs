@@ -15,17 +15,19 @@ use redis::{
     cluster_async::ClusterConnection,
 };
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
-    SubjectKey,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, AnyPolicy, Backend, BatchDecision,
+    CarryObservation, Check, Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant,
+    Granted, Lifecycle, Limiter, Observer, Operation, Policy, PolicyLabel, Receipt, Refunded,
+    Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
+    notify,
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
     validate_batch,
 };
 
 use crate::{
+    carry::{self, Sources},
     coalesce::{Coalescer, Member},
     config::RedisConfig,
     connection::{ConnectError, RedisConnection},
@@ -103,6 +105,8 @@ macro_rules! script {
     };
 }
 
+mod any;
+
 /// Invocations of one group (the server, or a cluster slot) sent before later
 /// checks queue to be coalesced: two keep the connection's pipeline busy, so
 /// coalescing starts only where the server, not the round trip, is the limit.
@@ -114,37 +118,175 @@ macro_rules! script {
 const IN_FLIGHT: usize = 2;
 
 static FIXED_WINDOW: LazyLock<Lua> = script!("fixed_window.lua" => "single.lua");
-static SLIDING_WINDOW: LazyLock<Lua> = script!("sliding_window.lua" => "single.lua");
-static GCRA: LazyLock<Lua> = script!("gcra.lua" => "single.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("eighths.lua", "sliding_window.lua" => "single.lua");
+static GCRA: LazyLock<Lua> = script!("exact_division.lua", "gcra.lua" => "single.lua");
 static FIXED_WINDOW_COALESCED: LazyLock<Lua> = script!(
     "fixed_window.lua",
     "fixed_window_coalesced.lua",
     "coalesced.lua" => "coalesced_script.lua"
 );
 static SLIDING_WINDOW_COALESCED: LazyLock<Lua> = script!(
+    "eighths.lua",
     "sliding_window.lua",
     "sliding_window_coalesced.lua",
     "coalesced.lua" => "coalesced_script.lua"
 );
-static GCRA_COALESCED: LazyLock<Lua> =
-    script!("gcra.lua", "gcra_coalesced.lua", "coalesced.lua" => "coalesced_script.lua");
-static FIXED_WINDOW_REFUND: LazyLock<Lua> = script!(=> "fixed_window_refund.lua");
-static SLIDING_WINDOW_REFUND: LazyLock<Lua> = script!(=> "sliding_window_refund.lua");
-static GCRA_REFUND: LazyLock<Lua> = script!(=> "gcra_refund.lua");
+static GCRA_COALESCED: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "gcra.lua",
+    "gcra_coalesced.lua",
+    "coalesced.lua" => "coalesced_script.lua"
+);
+static FIXED_WINDOW_REFUND: LazyLock<Lua> =
+    script!("fixed_window_refund.lua" => "refund_entry.lua");
+static SLIDING_WINDOW_REFUND: LazyLock<Lua> =
+    script!("sliding_window_refund.lua" => "refund_entry.lua");
+static GCRA_REFUND: LazyLock<Lua> = script!("gcra_refund.lua" => "refund_entry.lua");
 static PEEK: LazyLock<Lua> = script!(=> "peek.lua");
-static FIXED_WINDOW_GRANT: LazyLock<Lua> = script!("fixed_window.lua" => "grant.lua");
-static SLIDING_WINDOW_GRANT: LazyLock<Lua> = script!("sliding_window.lua" => "grant.lua");
-static GCRA_GRANT: LazyLock<Lua> = script!("gcra.lua" => "grant.lua");
+static PEEK_CARRYING: LazyLock<Lua> = script!(=> "peek_carrying.lua");
+static FIXED_WINDOW_GRANT: LazyLock<Lua> =
+    script!("fixed_window.lua", "grant.lua" => "grant_entry.lua");
+static SLIDING_WINDOW_GRANT: LazyLock<Lua> =
+    script!("eighths.lua", "sliding_window.lua", "grant.lua" => "grant_entry.lua");
+static GCRA_GRANT: LazyLock<Lua> =
+    script!("exact_division.lua", "gcra.lua", "grant.lua" => "grant_entry.lua");
+// The same admissions and grants carrying state into their counters first
+// (`carry.lua`, which reads states of every algorithm).
+static FIXED_WINDOW_CARRYING: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "carry.lua" => "carrying.lua"
+);
+static SLIDING_WINDOW_CARRYING: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "sliding_window.lua",
+    "carry.lua" => "carrying.lua"
+);
+static GCRA_CARRYING: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "gcra.lua",
+    "carry.lua" => "carrying.lua"
+);
+static FIXED_WINDOW_CARRYING_GRANT: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "grant.lua",
+    "carry.lua" => "carrying_grant.lua"
+);
+static SLIDING_WINDOW_CARRYING_GRANT: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "sliding_window.lua",
+    "grant.lua",
+    "carry.lua" => "carrying_grant.lua"
+);
+static GCRA_CARRYING_GRANT: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "gcra.lua",
+    "grant.lua",
+    "carry.lua" => "carrying_grant.lua"
+);
+
+// Policies of any algorithm (`any.lua`, after each algorithm's own).
+static ANY: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "any_fixed_window.lua",
+    "sliding_window.lua",
+    "any_sliding_window.lua",
+    "gcra.lua",
+    "any.lua" => "single.lua"
+);
+static ANY_COALESCED: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "any_fixed_window.lua",
+    "sliding_window.lua",
+    "any_sliding_window.lua",
+    "gcra.lua",
+    "any.lua",
+    "any_coalesced.lua",
+    "coalesced.lua" => "coalesced_script.lua"
+);
+static ANY_CARRYING: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "any_fixed_window.lua",
+    "sliding_window.lua",
+    "any_sliding_window.lua",
+    "gcra.lua",
+    "any.lua",
+    "carry.lua" => "carrying.lua"
+);
+static ANY_GRANT: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "any_fixed_window.lua",
+    "sliding_window.lua",
+    "any_sliding_window.lua",
+    "gcra.lua",
+    "any.lua",
+    "grant.lua" => "grant_entry.lua"
+);
+static ANY_CARRYING_GRANT: LazyLock<Lua> = script!(
+    "exact_division.lua",
+    "eighths.lua",
+    "fixed_window.lua",
+    "any_fixed_window.lua",
+    "sliding_window.lua",
+    "any_sliding_window.lua",
+    "gcra.lua",
+    "any.lua",
+    "grant.lua",
+    "carry.lua" => "carrying_grant.lua"
+);
+static ANY_REFUND: LazyLock<Lua> = script!(
+    "fixed_window_refund.lua",
+    "sliding_window_refund.lua",
+    "gcra_refund.lua",
+    "any_refund.lua" => "refund_entry.lua"
+);
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for runlimit_core::FixedWindowPolicy {}
     impl Sealed for runlimit_core::GcraPolicy {}
     impl Sealed for runlimit_core::SlidingWindowPolicy {}
+    impl Sealed for runlimit_core::AnyPolicy {}
+}
+
+/// Whether an admission's arguments mark the checks that carry (see
+/// `carry.lua`): a first invocation's do, so that a marked check whose
+/// counter holds no live state writes nothing and answers that it must carry
+/// first; a carrying invocation's do not, since it carries before deciding.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marking {
+    /// Checks that carry are marked.
+    Marked,
+    /// No check is marked.
+    Unmarked,
+}
+
+impl Marking {
+    /// Whether `check`'s arguments carry the mark.
+    fn marks<P: Policy + ?Sized>(self, check: &Check<'_, P>) -> bool {
+        self == Self::Marked && check.carries()
+    }
 }
 
 /// The policies Redis can evaluate: [`FixedWindowPolicy`],
-/// [`SlidingWindowPolicy`] and [`GcraPolicy`]. Sealed.
+/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`] (any of the
+/// three, in batches that may mix them). Sealed.
 pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// The issuer name on this policy type's receipts.
     #[doc(hidden)]
@@ -156,8 +298,12 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// The same admission for several independent members at once.
     #[doc(hidden)]
     fn coalesced_script() -> &'static Lua;
+    /// The same admission carrying state into its counters first, with
+    /// unmarked arguments.
     #[doc(hidden)]
-    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64>;
+    fn carrying_script() -> &'static Lua;
+    #[doc(hidden)]
+    fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64>;
     #[doc(hidden)]
     fn decisions(checks: &[Check<'_, Self>], reply: &[i64]) -> Option<Vec<(Decision, Stamp)>>;
     /// The grant script, and its arguments for a grant of `check` of at most
@@ -165,9 +311,12 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// unit), then its cost and the bound.
     #[doc(hidden)]
     fn grant_script() -> &'static Lua;
+    /// The same grant carrying state into its counter first.
     #[doc(hidden)]
-    fn grant_arguments(check: &Check<'_, Self>, up_to: u64) -> Vec<i64> {
-        let mut arguments = Self::arguments(std::slice::from_ref(check));
+    fn carrying_grant_script() -> &'static Lua;
+    #[doc(hidden)]
+    fn grant_arguments(check: &Check<'_, Self>, up_to: u64, marking: Marking) -> Vec<i64> {
+        let mut arguments = Self::arguments(std::slice::from_ref(check), marking);
         arguments.extend([as_i64(check.cost()), as_i64(up_to)]);
         arguments
     }
@@ -402,9 +551,14 @@ where
         }
     }
 
+    /// Decides `checks` (one check or a batch) in one invocation, coalesced
+    /// with others where it can be; a marked check whose counter holds no
+    /// live state makes it write nothing and answer that it must carry, and
+    /// a carrying invocation decides instead.
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<(Decision, Stamp)>, CheckError> {
+        let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
         let keys = self.keys(checks)?;
-        let arguments = P::arguments(checks);
+        let arguments = P::arguments(checks, Marking::Marked);
         let reply: Vec<i64> = if self.config.max_coalesced() > 1 {
             // On a cluster a member's keys share one slot (checked above).
             let slot = if self.cluster { hash_slot(&keys[0]) } else { 0 };
@@ -419,7 +573,90 @@ where
         } else {
             self.invoke(P::script(), &keys, &arguments).await?
         };
+        let reply = if must_carry(&reply) {
+            let keys = self.keys(checks)?;
+            let arguments = P::arguments(checks, Marking::Unmarked);
+            self.invoke_carrying(P::carrying_script(), checks, keys, &arguments, deadline)
+                .await?
+        } else {
+            reply
+        };
         P::decisions(checks, &reply).ok_or(CheckError::UnexpectedReply)
+    }
+
+    /// Runs `lua`, a carrying script, for `checks` on `keys` with their
+    /// (unmarked) `arguments`, by the operation's `deadline`: the sources in
+    /// the counters' slot are read by the script, any other is read first
+    /// with one `MGET` (on a cluster, in parallel per slot) and handed over.
+    /// Reports each counter that carried to the observer; returns the reply
+    /// of the invocation it wraps.
+    async fn invoke_carrying<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        checks: &[Check<'_, P>],
+        keys: Vec<String>,
+        arguments: &[i64],
+        deadline: tokio::time::Instant,
+    ) -> Result<T, CheckError> {
+        let carrying = async {
+            let slot = self.cluster.then(|| hash_slot(&keys[0]));
+            let sources = Sources::new(checks, &self.config, slot);
+            let remote = self.read_states(&sources.remote_keys()).await?;
+            let (keys, arguments) = sources.invocation(keys, arguments, &remote);
+            self.invoke::<(Vec<i64>, T), _>(lua, &keys, &arguments)
+                .await
+        };
+        let (carried, reply) = tokio::time::timeout_at(deadline, carrying)
+            .await
+            .map_err(|_| CheckError::OperationTimeout)??;
+        if carried.len() != checks.len() {
+            return Err(CheckError::UnexpectedReply);
+        }
+        self.report_carries(checks, &carried);
+        Ok(reply)
+    }
+
+    /// The states stored at `keys` (none for no keys), with one `MGET`,
+    /// which a cluster connection splits by slot and sends in parallel.
+    async fn read_states(&self, keys: &[&str]) -> Result<Vec<Option<String>>, CheckError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut command = redis::cmd("MGET");
+        command.arg(keys);
+        let mut connection = self.connection.clone();
+        let states: Vec<Option<String>> = match tokio::time::timeout(
+            self.config.operation_timeout(),
+            command.query_async(&mut connection),
+        )
+        .await
+        {
+            Err(_) => return Err(CheckError::OperationTimeout),
+            Ok(Err(error)) => return Err(classify(error)),
+            Ok(Ok(states)) => states,
+        };
+        if states.len() != keys.len() {
+            return Err(CheckError::UnexpectedReply);
+        }
+        Ok(states)
+    }
+
+    /// Tells the observer which of `checks`' counters carried a source's
+    /// state (`carried`: per check, the source's ordinal from 1, or 0).
+    fn report_carries(&self, checks: &[Check<'_, P>], carried: &[i64]) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        for (check, &ordinal) in checks.iter().zip(carried) {
+            let source = usize::try_from(ordinal)
+                .ok()
+                .and_then(|ordinal| ordinal.checked_sub(1))
+                .and_then(|index| check.carry_sources().nth(index));
+            if let Some(source) = source {
+                let observation = CarryObservation::new(PolicyLabel::of(check), source.from());
+                notify(&**observer, |observer| observer.on_carry(&observation));
+            }
+        }
     }
 
     /// One invocation for `members`: the single-member script for one, the
@@ -509,10 +746,23 @@ where
     async fn grant_units(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
         let up_to = grant_bound(check, up_to);
         let grant = async {
+            let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
             let keys = self.keys(std::slice::from_ref(check))?;
-            let arguments = P::grant_arguments(check, up_to);
-            let (units, reply): (i64, Vec<i64>) =
+            let arguments = P::grant_arguments(check, up_to, Marking::Marked);
+            let (mut units, mut reply): (i64, Vec<i64>) =
                 self.invoke(P::grant_script(), &keys, &arguments).await?;
+            if must_carry(&reply) {
+                let arguments = P::grant_arguments(check, up_to, Marking::Unmarked);
+                (units, reply) = self
+                    .invoke_carrying(
+                        P::carrying_grant_script(),
+                        std::slice::from_ref(check),
+                        keys,
+                        &arguments,
+                        deadline,
+                    )
+                    .await?;
+            }
             let units = u64::try_from(units).map_err(|_| CheckError::UnexpectedReply)?;
             // Decided as the check of the units granted (of its cost when denied).
             let decided_as =
@@ -580,6 +830,12 @@ where
     async fn peek_check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
         let peek = async {
             let keys = self.keys(std::slice::from_ref(check))?;
+            if check.carries() {
+                let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
+                return tokio::time::timeout_at(deadline, self.peek_carrying(check, keys))
+                    .await
+                    .map_err(|_| CheckError::OperationTimeout)?;
+            }
             let (now_us, state): (i64, Option<String>) =
                 self.invoke(&PEEK, &keys, &[] as &[i64]).await?;
             Ok(P::peek_decision(check, now_us, state.as_deref()))
@@ -596,13 +852,59 @@ where
         .await
     }
 
+    /// A peek of a counter that may carry: its own state when live, else the
+    /// state it would carry, translated by core's `carry` at the time the
+    /// counter was read. One read-only script reads the counter and its
+    /// sources in its slot; sources in other slots are read after it, with
+    /// one `MGET`, only when the counter holds no live state.
+    async fn peek_carrying(
+        &self,
+        check: &Check<'_, P>,
+        mut keys: Vec<String>,
+    ) -> Result<Decision, CheckError> {
+        let slot = self.cluster.then(|| hash_slot(&keys[0]));
+        let sources = Sources::new(std::slice::from_ref(check), &self.config, slot);
+        let local = sources.local_keys();
+        keys.extend(local.iter().map(|&key| key.to_owned()));
+        let (now_us, mut states): (i64, Vec<Option<String>>) =
+            self.invoke(&PEEK_CARRYING, &keys, &[] as &[i64]).await?;
+        if states.len() != keys.len() {
+            return Err(CheckError::UnexpectedReply);
+        }
+        let now = as_u64(now_us);
+        let to = check.policy().kind();
+        let own = states.remove(0);
+        if own
+            .as_deref()
+            .and_then(|own| carry::parse(to, own))
+            .is_some_and(|state| carry::is_live(to, &state, now))
+        {
+            return Ok(P::peek_decision(check, now_us, own.as_deref()));
+        }
+        let remote = self.read_states(&sources.remote_keys()).await?;
+        let carried = sources
+            .states(states, remote)
+            .into_iter()
+            .find_map(|(from, state)| {
+                let state = carry::parse(from, state.as_deref()?)?;
+                runlimit_core::carry::carry(from, &state, to, now)
+            })
+            .map(|state| carry::to_text(to, &state, now));
+        Ok(P::peek_decision(check, now_us, carried.as_deref()))
+    }
+
     async fn reset_counter(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
         let check = Check::new(policy, *subject);
         let reset = async {
-            let key = redis_key(&self.config, &check.counter_key());
+            // A reset counter must not carry its sources' state again: they
+            // go too (on a cluster the connection sends a `DEL` per slot).
+            let keys: Vec<String> = std::iter::once(check.counter_key())
+                .chain(check.carry_sources().map(|source| *source.counter()))
+                .map(|counter| redis_key(&self.config, &counter))
+                .collect();
             let mut connection = self.connection.clone();
             let mut command = redis::cmd("DEL");
-            command.arg(&key);
+            command.arg(&keys);
             match tokio::time::timeout(
                 self.config.operation_timeout(),
                 command.query_async::<i64>(&mut connection),
@@ -817,6 +1119,7 @@ macro_rules! limiter_for {
 limiter_for!(FixedWindowPolicy);
 limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
+limiter_for!(AnyPolicy);
 
 /// The arguments of a coalesced invocation of `members` (see
 /// `coalesced.lua`): whether a key occurs more than once, then per member a
@@ -920,9 +1223,18 @@ fn fixed_window_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec<i
     Some(match live {
         Some((used, expires)) if used.saturating_add(cost) > limit => vec![1, used, expires, now],
         Some((used, expires)) => vec![0, used + cost, expires, now],
+        // Marked (a negative window) without a live window: it must carry,
+        // and the script wrote nothing.
+        None if window < 0 => vec![-1, now],
         None if cost > limit => vec![1, 0, now.saturating_add(window), now],
         None => vec![0, cost, now.saturating_add(window), now],
     })
+}
+
+/// Whether an admission's reply says that a marked check must carry first:
+/// `[-1, now]`, which no decision's reply is.
+fn must_carry(reply: &[i64]) -> bool {
+    matches!(reply, [-1, _])
 }
 
 /// `FCALL` of a function the server does not hold: nothing ran.
@@ -982,14 +1294,24 @@ impl RedisPolicy for FixedWindowPolicy {
         &FIXED_WINDOW_COALESCED
     }
 
-    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+    fn carrying_script() -> &'static Lua {
+        &FIXED_WINDOW_CARRYING
+    }
+
+    /// A marked check's window is negative.
+    fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64> {
         checks
             .iter()
             .flat_map(|check| {
                 let policy = check.policy();
+                let window = as_i64(policy.window_millis().saturating_mul(1_000));
                 [
                     as_i64(policy.limit()),
-                    as_i64(policy.window_millis().saturating_mul(1_000)),
+                    if marking.marks(check) {
+                        -window
+                    } else {
+                        window
+                    },
                     as_i64(check.cost()),
                 ]
             })
@@ -1032,6 +1354,10 @@ impl RedisPolicy for FixedWindowPolicy {
 
     fn grant_script() -> &'static Lua {
         &FIXED_WINDOW_GRANT
+    }
+
+    fn carrying_grant_script() -> &'static Lua {
+        &FIXED_WINDOW_CARRYING_GRANT
     }
 
     fn refund_script() -> &'static Lua {
@@ -1083,19 +1409,24 @@ impl RedisPolicy for GcraPolicy {
         &GCRA_COALESCED
     }
 
-    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+    fn carrying_script() -> &'static Lua {
+        &GCRA_CARRYING
+    }
+
+    /// A marked check's quota is negative.
+    fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64> {
         checks
             .iter()
             .flat_map(|check| {
                 let exact = GcraMicros::new(check.policy(), check.cost());
+                let quota = as_i64(exact.quota);
                 [
-                    exact.quota,
-                    exact.increment.whole,
-                    exact.increment.remainder,
-                    exact.tolerance.whole,
-                    exact.tolerance.remainder,
+                    if marking.marks(check) { -quota } else { quota },
+                    as_i64(exact.increment.whole),
+                    as_i64(exact.increment.remainder),
+                    as_i64(exact.tolerance.whole),
+                    as_i64(exact.tolerance.remainder),
                 ]
-                .map(as_i64)
             })
             .collect()
     }
@@ -1132,10 +1463,15 @@ impl RedisPolicy for GcraPolicy {
         &GCRA_GRANT
     }
 
+    fn carrying_grant_script() -> &'static Lua {
+        &GCRA_CARRYING_GRANT
+    }
+
     /// The script computes the increment of the units it grants from the
     /// increment of one unit.
-    fn grant_arguments(check: &Check<'_, Self>, up_to: u64) -> Vec<i64> {
-        let mut arguments = Self::arguments(&[Check::new(check.policy(), *check.subject())]);
+    fn grant_arguments(check: &Check<'_, Self>, up_to: u64, marking: Marking) -> Vec<i64> {
+        let mut arguments =
+            Self::arguments(&[Check::new(check.policy(), *check.subject())], marking);
         arguments.extend([as_i64(check.cost()), as_i64(up_to)]);
         arguments
     }
@@ -1210,12 +1546,22 @@ impl RedisPolicy for SlidingWindowPolicy {
         &SLIDING_WINDOW_COALESCED
     }
 
-    fn arguments(checks: &[Check<'_, Self>]) -> Vec<i64> {
+    fn carrying_script() -> &'static Lua {
+        &SLIDING_WINDOW_CARRYING
+    }
+
+    /// A marked check's limit is negative.
+    fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64> {
         checks
             .iter()
             .flat_map(|check| {
                 let exact = SlidingMicros::new(check.policy());
-                [check.policy().limit(), exact.sub_window, check.cost()].map(as_i64)
+                let limit = as_i64(check.policy().limit());
+                [
+                    if marking.marks(check) { -limit } else { limit },
+                    as_i64(exact.sub_window),
+                    as_i64(check.cost()),
+                ]
             })
             .collect()
     }
@@ -1263,6 +1609,10 @@ impl RedisPolicy for SlidingWindowPolicy {
         &SLIDING_WINDOW_GRANT
     }
 
+    fn carrying_grant_script() -> &'static Lua {
+        &SLIDING_WINDOW_CARRYING_GRANT
+    }
+
     fn refund_script() -> &'static Lua {
         &SLIDING_WINDOW_REFUND
     }
@@ -1303,6 +1653,7 @@ impl RedisPolicy for SlidingWindowPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::server;
     use proptest::prelude::*;
     use runlimit_core::{PolicyId, ScopeId};
 
@@ -1415,35 +1766,6 @@ mod tests {
             split_coalesced(&[Int(99), state("3:120")], &[vec![1]]),
             None
         );
-    }
-
-    /// The test server's URL, or `None` (with the reason printed) when it is
-    /// absent and `RUNLIMIT_REQUIRE_SERVICES` is not `1`.
-    fn server(runtime: &tokio::runtime::Runtime) -> Option<String> {
-        let url = std::env::var("RUNLIMIT_REDIS_TEST_URL")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-        let reachable = runtime.block_on(async {
-            let client = redis::Client::open(url.as_str())?;
-            let mut connection = tokio::time::timeout(
-                Duration::from_secs(3),
-                client.get_multiplexed_async_connection(),
-            )
-            .await
-            .map_err(|_| redis::RedisError::from((redis::ErrorKind::IoError, "timed out")))??;
-            redis::cmd("PING")
-                .query_async::<String>(&mut connection)
-                .await
-        });
-        match reachable {
-            Ok(_) => Some(url),
-            Err(error) if std::env::var("RUNLIMIT_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-                panic!("Redis is required but unreachable at {url}: {error}")
-            }
-            Err(error) => {
-                eprintln!("skipping: Redis unreachable at {url}: {error}");
-                None
-            }
-        }
     }
 
     fn subject(n: usize) -> SubjectKey {
@@ -1566,7 +1888,7 @@ mod tests {
             .iter()
             .map(|checks| Member {
                 keys: coalesced.keys(checks).expect("keys"),
-                arguments: P::arguments(checks),
+                arguments: P::arguments(checks, Marking::Marked),
             })
             .collect();
         let replies = coalesced.send(sent).await.expect("coalesced");
@@ -1576,7 +1898,7 @@ mod tests {
                 .invoke(
                     P::script(),
                     &single.keys(checks).expect("keys"),
-                    &P::arguments(checks),
+                    &P::arguments(checks, Marking::Marked),
                 )
                 .await
                 .expect("single");
@@ -1735,7 +2057,10 @@ mod tests {
                 .iter()
                 .map(|check| Member {
                     keys: limiter.keys(std::slice::from_ref(check)).expect("key"),
-                    arguments: FixedWindowPolicy::arguments(std::slice::from_ref(check)),
+                    arguments: FixedWindowPolicy::arguments(
+                        std::slice::from_ref(check),
+                        Marking::Marked,
+                    ),
                 })
                 .collect();
             assert!(limiter.send(members).await.is_err());
@@ -1762,6 +2087,189 @@ mod tests {
                 .query_async(&mut admin)
                 .await
                 .expect("del");
+        });
+    }
+
+    /// Every script compiles, and loads as a function library (whose code
+    /// runs when loaded, without Lua's libraries).
+    #[test]
+    fn every_script_loads_as_a_script_and_as_a_function_library() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let Some(url) = server(&runtime) else {
+            return;
+        };
+        let scripts: [&Lua; 26] = [
+            &FIXED_WINDOW,
+            &SLIDING_WINDOW,
+            &GCRA,
+            &FIXED_WINDOW_COALESCED,
+            &SLIDING_WINDOW_COALESCED,
+            &GCRA_COALESCED,
+            &FIXED_WINDOW_REFUND,
+            &SLIDING_WINDOW_REFUND,
+            &GCRA_REFUND,
+            &PEEK,
+            &PEEK_CARRYING,
+            &FIXED_WINDOW_GRANT,
+            &SLIDING_WINDOW_GRANT,
+            &GCRA_GRANT,
+            &FIXED_WINDOW_CARRYING,
+            &SLIDING_WINDOW_CARRYING,
+            &GCRA_CARRYING,
+            &FIXED_WINDOW_CARRYING_GRANT,
+            &SLIDING_WINDOW_CARRYING_GRANT,
+            &GCRA_CARRYING_GRANT,
+            &ANY,
+            &ANY_COALESCED,
+            &ANY_CARRYING,
+            &ANY_GRANT,
+            &ANY_CARRYING_GRANT,
+            &ANY_REFUND,
+        ];
+        runtime.block_on(async {
+            let mut connection = redis::Client::open(url.as_str())
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            for lua in scripts {
+                let loaded: Result<String, _> = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(lua.code)
+                    .query_async(&mut connection)
+                    .await;
+                assert!(loaded.is_ok(), "{}: {loaded:?}", lua.library.function);
+                let loaded: Result<String, _> = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(&lua.library.code)
+                    .query_async(&mut connection)
+                    .await;
+                assert!(loaded.is_ok(), "{}: {loaded:?}", lua.library.function);
+            }
+        });
+    }
+
+    /// Checks of `policy` (marked where they carry) as members of one
+    /// coalesced invocation, each with its own key: its replies.
+    async fn sent_together<P: RedisPolicy>(
+        limiter: &RedisLimiter<RedisConnection, P>,
+        members: &[&[Check<'_, P>]],
+    ) -> Vec<Vec<i64>> {
+        let members = members
+            .iter()
+            .map(|checks| Member {
+                keys: limiter.keys(checks).expect("keys"),
+                arguments: P::arguments(checks, Marking::Marked),
+            })
+            .collect();
+        limiter.send(members).await.expect("coalesced")
+    }
+
+    /// In one coalesced invocation, marked members whose counters hold no
+    /// live state (a lone check, a run of them, a batch) write nothing and
+    /// answer that they must carry, while a marked member whose counter
+    /// carried already and unmarked members are decided as single
+    /// invocations decide them.
+    async fn marked_members_carry_on_their_own<P: RedisPolicy>(url: &str, old: P, new: P) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        let config = RedisConfig::default()
+            .with_prefix(format!("rl-test:coalesced-marked:{nanos}:"))
+            .expect("valid prefix");
+        let limiter = RedisLimiter::<_, P>::connect(url, config)
+            .await
+            .expect("connect");
+        let (old_check, new_check) = (
+            |n: usize| Check::new(&old, subject(n)),
+            |n: usize| Check::new(&new, subject(n)),
+        );
+        let allowed = async |check: Check<'_, P>| {
+            let (decision, _) = limiter.check_one(&check).await.expect("check");
+            decision.is_allowed()
+        };
+        for n in [1, 2, 5] {
+            assert!(allowed(old_check(n)).await);
+        }
+        // Subject 1 carried already.
+        assert!(allowed(new_check(1)).await);
+        let replies = sent_together(
+            &limiter,
+            &[
+                &[new_check(2)],
+                &[new_check(3)],
+                &[new_check(1)],
+                &[old_check(4)],
+                &[old_check(6), new_check(5)],
+                &[new_check(3)],
+            ],
+        )
+        .await;
+        let carry = |reply: &Vec<i64>| must_carry(reply);
+        assert_eq!(
+            replies.iter().map(carry).collect::<Vec<_>>(),
+            [true, true, false, false, true, true]
+        );
+        let decided = |checks: &[Check<'_, P>], reply: &[i64]| {
+            P::decisions(checks, reply)
+                .expect("a decision")
+                .iter()
+                .map(|(decision, _)| decision.remaining())
+                .collect::<Vec<_>>()
+        };
+        // Subject 1's one carried unit and two checks of six: three left.
+        assert_eq!(decided(&[new_check(1)], &replies[2]), [Some(3)]);
+        assert_eq!(decided(&[old_check(4)], &replies[3]), [Some(3)]);
+        let mut admin = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("admin");
+        for check in [new_check(2), new_check(3), new_check(5), old_check(6)] {
+            let key = limiter.keys(&[check]).expect("key").remove(0);
+            let state: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut admin)
+                .await
+                .expect("get");
+            assert_eq!(state, None, "nothing written");
+        }
+    }
+
+    #[test]
+    fn marked_members_of_a_coalesced_invocation_carry_on_their_own() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let Some(url) = server(&runtime) else {
+            return;
+        };
+        let (id, scope) = (
+            || PolicyId::new("marked").expect("valid"),
+            || ScopeId::new("client").expect("valid"),
+        );
+        let minute = Duration::from_secs(60);
+        let fixed = |limit| FixedWindowPolicy::new(id(), scope(), limit, minute).expect("valid");
+        let sliding =
+            |limit| SlidingWindowPolicy::new(id(), scope(), limit, minute).expect("valid");
+        let gcra = |burst| GcraPolicy::new(id(), scope(), 1, minute, burst).expect("valid");
+        // Policies of four, and policies of six continuing from them.
+        runtime.block_on(async {
+            let new = fixed(6).continuing(&fixed(4)).expect("valid");
+            marked_members_carry_on_their_own(&url, fixed(4), new).await;
+            let new = sliding(6).continuing(&sliding(4)).expect("valid");
+            marked_members_carry_on_their_own(&url, sliding(4), new).await;
+            let new = gcra(6).continuing(&gcra(4)).expect("valid");
+            marked_members_carry_on_their_own(&url, gcra(4), new).await;
+            let new = AnyPolicy::from(gcra(6))
+                .continuing(&fixed(4))
+                .expect("valid");
+            marked_members_carry_on_their_own(&url, AnyPolicy::from(fixed(4)), new).await;
         });
     }
 }

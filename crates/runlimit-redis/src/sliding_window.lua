@@ -8,25 +8,16 @@
 -- latest (c1 that eighth, c9 the eighth eight before it), trailing zeros
 -- left out, so a key whose units fall in one eighth reads three fields.
 -- Its keys are KEYS[k + 1 .. k + n]; its ARGV from a + 1, for each key:
--- limit, sub_window_us (an eighth of the window), cost.
+-- limit, sub_window_us (an eighth of the window), cost. A negative limit
+-- marks a check whose counter may carry another's state (`carry.lua`).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), the number of
 -- the eighth and the version, then s and the first s of the nine counts it
 -- was judged against (as of now, before the admission; the rest are zero,
 -- and not sent); then now_us. The client derives what it reports from those counts with
--- the arithmetic every backend shares.
+-- the arithmetic every backend shares. Where a marked check's counter holds
+-- no live state, nothing is written and the reply is {-1, now_us}: the
+-- client carries first.
 local stored = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-
--- The eighth `time` falls in: exact, since floor(time / g) may be off by one
--- where the quotient rounds to an integer, and products below 2^53 are exact.
-local function eighth(time, g)
-    local index = floor(time / g)
-    if index * g > time then
-        return index - 1
-    elseif (index + 1) * g <= time then
-        return index + 1
-    end
-    return index
-end
 
 local function admit(k, n, a)
     -- Sized for a single check with every count sent, so the common reply never
@@ -35,6 +26,7 @@ local function admit(k, n, a)
     -- Where each check's reply begins; the reply holds what writing needs.
     local starts = n == 1 and {0} or {}
     local at = 0
+    local marked = false
 
     all_or_nothing(n, function(i)
         local base = a + 3 * (i - 1)
@@ -49,6 +41,13 @@ local function admit(k, n, a)
             if not stored[j] then
                 readable = false
             end
+        end
+        if limit < 0 then
+            if not (readable and stored[1] > now) then
+                marked = true
+                return false
+            end
+            limit = -limit
         end
         local total = 0
         if readable then
@@ -97,6 +96,9 @@ local function admit(k, n, a)
         end
         keep(KEYS[k + i], state, expires)
     end)
+    if marked then
+        return {-1, now}
+    end
     reply[at + 1] = now
     -- Trailing zeros are not sent: clear what the last check wrote past its end.
     for j = at + 2, at + 11 do

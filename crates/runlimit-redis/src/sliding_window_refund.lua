@@ -1,17 +1,15 @@
--- Refunds of sliding-window admissions, one atomic script for a receipt
--- (state as sliding_window.lua stores it).
--- KEYS[i]: the counter keys. ARGV for each key: sub_window_us, cost (the
+-- Refunds of sliding-window admissions (state as sliding_window.lua stores
+-- it): `credit_sliding_window(i, at)` gives back what a receipt names for
+-- KEYS[i], its ARGV from at + 1: sub_window_us, cost (the
 -- units given back: the whole cost, or what a settlement returns),
 -- admitted_in (the eighth the admission was counted in), version.
--- Replies: for each key 1 if credited, else 0.
 -- Gives the cost back to the eighth the admission was counted in, at most
 -- what that eighth still holds, while it still counts and the counter's
 -- version is the receipt's. The counts are then exactly those without the
 -- refunded check, so no version changes, and the key keeps its expiry.
-local reply = {}
 local stored = {}
-for i = 1, #KEYS do
-    local at = 4 * (i - 1)
+
+local function credit_sliding_window(i, at)
     local g, cost = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
     local admitted_in, version = tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
     local credited = 0
@@ -40,6 +38,8 @@ for i = 1, #KEYS do
             credited = 1
         end
     end
-    reply[i] = credited
+    return credited
 end
-return reply
+
+-- What `refund_entry.lua` runs for each key.
+local credit, PER_CREDIT = credit_sliding_window, 4

@@ -10,15 +10,16 @@ use common::Layout;
 use proptest::{prelude::*, test_runner::TestRunner};
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    Shared, TimeControl, fixed_window_grant_suite, fixed_window_lifecycle_suite,
-    fixed_window_settle_suite, fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite,
+    Shared, TimeControl, any_policy_carry_suite, fixed_window_carry_suite,
+    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
     gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
-    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
-    sliding_window_suite,
+    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId, ScopeId,
-    SlidingWindowPolicy, SubjectKey,
+    AnyPolicy, CarriedFrom, Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId,
+    ScopeId, SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{CheckError, KeyRouting, RedisConfig, RedisLimiter};
 
@@ -126,6 +127,119 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     sliding_window_lifecycle_suite(&limiter, &time).await;
     sliding_window_settle_suite(&limiter, &time).await;
     sliding_window_grant_suite(&limiter).await;
+}
+
+/// A subject's state carries across a change of policy or secret on a
+/// cluster, for each algorithm and between every two (`AnyPolicy`). The
+/// suites batch subjects, so they run with one hash slot; the test below
+/// carries across slots.
+#[tokio::test]
+async fn state_carries_on_a_cluster() {
+    let Some(nodes) = nodes() else { return };
+    let connection = connect(&nodes).await;
+    let config = single_slot(common::config("cluster-carry"));
+    fixed_window_carry_suite(&RedisLimiter::<_, FixedWindowPolicy>::cluster(
+        connection.clone(),
+        config.clone(),
+    ))
+    .await;
+    sliding_window_carry_suite(&RedisLimiter::<_, SlidingWindowPolicy>::cluster(
+        connection.clone(),
+        config.clone(),
+    ))
+    .await;
+    gcra_carry_suite(&RedisLimiter::<_, GcraPolicy>::cluster(
+        connection.clone(),
+        config.clone(),
+    ))
+    .await;
+    any_policy_carry_suite(&RedisLimiter::<_, AnyPolicy>::cluster(connection, config)).await;
+}
+
+/// With the default routing a counter's key is tagged by its subject key,
+/// so a policy's successor finds its predecessor's counter in its own slot
+/// (one more invocation, once), while a rotated secret's previous key hashes
+/// elsewhere: its state is read first, with one `MGET`, then carried (one
+/// more round trip besides). Each carry is heard once; a reset deletes the
+/// sources in every slot.
+#[tokio::test]
+async fn a_rotated_secret_carries_from_another_slot() {
+    let Some(nodes) = nodes() else { return };
+    let mut admin = connect(&nodes).await;
+    let connection = common::Counting::new(admin.clone());
+    let carries = common::Carries::default();
+    let config = common::config("cluster-rotation");
+    let limiter = RedisLimiter::<_, FixedWindowPolicy>::cluster(connection.clone(), config.clone())
+        .with_observer(carries.clone());
+    let policy = |limit| {
+        FixedWindowPolicy::new(
+            PolicyId::new("rotation").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            limit,
+            Duration::from_secs(3_600),
+        )
+        .expect("valid")
+    };
+    let (old, new) = (policy(3), policy(5));
+    let new = new.continuing(&old).expect("one id and scope");
+    let subject = |n: u8| SubjectKey::from_digest([n; 32]);
+    let rotated = |n: u8| subject(n + 1).with_previous(*subject(n).as_bytes());
+    let mut slot = async |policy: &FixedWindowPolicy, subject: SubjectKey| -> u16 {
+        let key = common::redis_key(&config, &Check::new(policy, subject).counter_key());
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut admin)
+            .await
+            .expect("keyslot")
+    };
+    assert_ne!(
+        slot(&old, subject(0x50)).await,
+        slot(&old, rotated(0x50)).await
+    );
+    assert_eq!(
+        slot(&old, subject(0x52)).await,
+        slot(&new, subject(0x52)).await
+    );
+    // Load the libraries a carry uses.
+    limiter
+        .check(&Check::new(&old, rotated(0x40)))
+        .await
+        .expect("check");
+    for n in [0x50, 0x52] {
+        for _ in 0..3 {
+            let check = Check::new(&old, subject(n));
+            assert!(limiter.check(&check).await.expect("check").is_allowed());
+        }
+    }
+    connection.take();
+    carries.take();
+
+    let check = Check::new(&old, rotated(0x50));
+    assert!(!limiter.check(&check).await.expect("check").is_allowed());
+    assert_eq!(connection.take(), ["FCALL", "MGET", "FCALL"], "a rotation");
+    assert_eq!(carries.take(), [CarriedFrom::PreviousSecret]);
+    assert!(!limiter.check(&check).await.expect("check").is_allowed());
+    assert_eq!(connection.take(), ["FCALL"], "carried");
+
+    let check = Check::new(&new, subject(0x52));
+    assert_eq!(
+        limiter.check(&check).await.expect("check").remaining(),
+        Some(1)
+    );
+    assert_eq!(connection.take(), ["FCALL", "FCALL"], "a policy change");
+    assert_eq!(carries.take(), [CarriedFrom::Predecessor]);
+
+    // The reset deletes the previous key in its slot too: the subject
+    // starts afresh rather than carry again.
+    assert!(limiter.reset(&old, &rotated(0x50)).await.expect("reset"));
+    assert_eq!(connection.take(), ["DEL"], "a reset");
+    let check = Check::new(&old, rotated(0x50));
+    assert_eq!(
+        limiter.check(&check).await.expect("check").remaining(),
+        Some(2)
+    );
+    assert_eq!(carries.take(), []);
 }
 
 /// Leased replicas in front of a cluster, checking weighted costs, held to

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId, Settle,
-    SlidingWindowPolicy, SubjectKey,
+    AnyPolicy, Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId,
+    Settle, SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{RedisConfig, RedisLimiter};
 
@@ -301,5 +301,106 @@ async fn every_operation_is_one_command_and_peeks_store_nothing() {
         })
         .await;
         assert_eq!(scripts, 1, "a settlement");
+    }
+}
+
+/// A check of a subject whose counter already carried is one script, as any
+/// check; the first check under a policy continuing from another is one
+/// more (it answers that the counter must carry, and the next carries and
+/// decides, reading the predecessor's counter itself), and so is the first
+/// check of a subject the predecessor never saw. A peek of a counter that
+/// may carry is one script; a reset one `DEL`, of the counter and its
+/// sources. Counted as the client sends them.
+#[tokio::test]
+async fn a_carried_subject_costs_one_script_and_its_first_carry_one_more() {
+    let Some((_server, url)) = common::private_server().await else {
+        return;
+    };
+    let connection = common::Counting::new(common::admin(&url).await);
+    for (name, old, new) in [
+        (
+            "fixed",
+            AnyPolicy::from(
+                FixedWindowPolicy::new(
+                    PolicyId::new("carried").expect("valid"),
+                    ScopeId::new("client").expect("valid"),
+                    4,
+                    Duration::from_secs(60),
+                )
+                .expect("valid"),
+            ),
+            AnyPolicy::from(
+                FixedWindowPolicy::new(
+                    PolicyId::new("carried").expect("valid"),
+                    ScopeId::new("client").expect("valid"),
+                    6,
+                    Duration::from_secs(60),
+                )
+                .expect("valid"),
+            ),
+        ),
+        (
+            "gcra-from-sliding",
+            AnyPolicy::from(
+                SlidingWindowPolicy::new(
+                    PolicyId::new("carried").expect("valid"),
+                    ScopeId::new("client").expect("valid"),
+                    4,
+                    Duration::from_secs(60),
+                )
+                .expect("valid"),
+            ),
+            AnyPolicy::from(
+                GcraPolicy::new(
+                    PolicyId::new("carried").expect("valid"),
+                    ScopeId::new("client").expect("valid"),
+                    1,
+                    Duration::from_secs(60),
+                    6,
+                )
+                .expect("valid"),
+            ),
+        ),
+    ] {
+        let new = new.continuing(&old).expect("one id and scope");
+        let config = RedisConfig::default()
+            .with_prefix(format!("carried:{name}:"))
+            .expect("valid");
+        let limiter = RedisLimiter::<_, AnyPolicy>::new(connection.clone(), config);
+        let check = |n: u8| Check::new(&new, key(n));
+        for n in 1..=3 {
+            limiter
+                .check(&Check::new(&old, key(n)))
+                .await
+                .expect("check");
+        }
+        // Load the libraries a first carry and a peek use.
+        limiter.check(&check(1)).await.expect("check");
+        limiter.peek(&check(9)).await.expect("peek");
+        connection.take();
+
+        limiter.check(&check(2)).await.expect("check");
+        assert_eq!(
+            connection.take(),
+            ["FCALL", "FCALL"],
+            "{name}: a first carry"
+        );
+        for _ in 0..3 {
+            limiter.check(&check(2)).await.expect("check");
+            assert_eq!(connection.take(), ["FCALL"], "{name}: a carried subject");
+        }
+        limiter.check(&check(8)).await.expect("check");
+        assert_eq!(
+            connection.take(),
+            ["FCALL", "FCALL"],
+            "{name}: a new subject"
+        );
+        limiter.check(&check(8)).await.expect("check");
+        assert_eq!(connection.take(), ["FCALL"], "{name}: then one");
+        let peeked = limiter.peek(&check(3)).await.expect("peek");
+        assert_eq!(connection.take(), ["FCALL"], "{name}: a peek");
+        assert_eq!(peeked.remaining(), Some(5), "{name}: the carried state");
+        assert!(limiter.reset(&new, &key(2)).await.expect("reset"));
+        assert_eq!(connection.take(), ["DEL"], "{name}: a reset");
     }
 }

@@ -6,13 +6,50 @@ use std::sync::Arc;
 
 use proptest::{prelude::*, test_runner::TestRunner};
 use runlimit_conformance::{
-    Shared, fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
-    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
-    leased_trace, leased_weighted_suite, run_leased_trace, sliding_window_grant_suite,
-    sliding_window_lifecycle_suite, sliding_window_settle_suite, sliding_window_suite,
+    Shared, any_policy_carry_suite, fixed_window_carry_suite, fixed_window_grant_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
+    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, leased_trace,
+    leased_weighted_suite, run_leased_trace, sliding_window_carry_suite,
+    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
+    sliding_window_suite,
 };
-use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
-use runlimit_redis::RedisLimiter;
+use runlimit_core::{AnyPolicy, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
+use runlimit_redis::{DEFAULT_COALESCED, RedisLimiter};
+
+/// A subject's state carries across a change of policy or secret, for each
+/// algorithm and from every algorithm to every other (`AnyPolicy`), through
+/// coalesced invocations (the default) and single ones.
+#[tokio::test]
+async fn state_carries_across_a_change_of_policy_or_secret() {
+    let Some(connection) = common::connect("conformance").await else {
+        return;
+    };
+    for coalescing in [DEFAULT_COALESCED, 1] {
+        let config = common::config("conf-carry")
+            .with_coalescing(coalescing)
+            .expect("valid");
+        fixed_window_carry_suite(&RedisLimiter::<_, FixedWindowPolicy>::new(
+            connection.clone(),
+            config.clone(),
+        ))
+        .await;
+        sliding_window_carry_suite(&RedisLimiter::<_, SlidingWindowPolicy>::new(
+            connection.clone(),
+            config.clone(),
+        ))
+        .await;
+        gcra_carry_suite(&RedisLimiter::<_, GcraPolicy>::new(
+            connection.clone(),
+            config.clone(),
+        ))
+        .await;
+        any_policy_carry_suite(&RedisLimiter::<_, AnyPolicy>::new(
+            connection.clone(),
+            config,
+        ))
+        .await;
+    }
+}
 
 #[tokio::test]
 async fn fixed_windows_pass_the_conformance_suite() {

@@ -5,12 +5,13 @@ use std::{
     collections::HashMap,
     net::TcpListener,
     process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use redis::aio::ConnectionManager;
 use runlimit_conformance::TimeControl;
-use runlimit_core::CounterKey;
+use runlimit_core::{CarriedFrom, CarryObservation, CounterKey, Observer};
 use runlimit_redis::RedisConfig;
 
 pub(crate) fn url() -> String {
@@ -70,6 +71,80 @@ pub(crate) fn redis_key(config: &RedisConfig, counter: &CounterKey) -> String {
         hex(counter.fingerprint().as_bytes()),
         hex(counter.subject().as_bytes())
     )
+}
+
+/// An observer that records what each carried counter carried from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Carries(Arc<Mutex<Vec<CarriedFrom>>>);
+
+impl Carries {
+    /// What the counters carried from, in order, since the last call.
+    pub(crate) fn take(&self) -> Vec<CarriedFrom> {
+        std::mem::take(&mut *self.0.lock().expect("not poisoned"))
+    }
+}
+
+impl Observer for Carries {
+    fn on_carry(&self, observation: &CarryObservation<'_>) {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .push(observation.from());
+    }
+}
+
+/// A connection that records the name of every command sent through it:
+/// each is one round trip (a cluster connection sends a multi-slot `MGET`
+/// or `DEL` to each slot's node in parallel).
+#[derive(Clone)]
+pub(crate) struct Counting<C> {
+    pub(crate) inner: C,
+    pub(crate) sent: Arc<Mutex<Vec<String>>>,
+}
+
+impl<C> Counting<C> {
+    pub(crate) fn new(inner: C) -> Self {
+        Self {
+            inner,
+            sent: Arc::default(),
+        }
+    }
+
+    /// The commands sent since the last call, in order.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.sent.lock().expect("not poisoned"))
+    }
+}
+
+impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for Counting<C> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        command: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        let name = match command.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).to_uppercase(),
+            _ => String::new(),
+        };
+        self.sent.lock().expect("not poisoned").push(name);
+        self.inner.req_packed_command(command)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.sent
+            .lock()
+            .expect("not poisoned")
+            .push("PIPELINE".to_owned());
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
 }
 
 /// Moves time forward for every key under one prefix by shifting its state

@@ -1,0 +1,3 @@
+-- Keeps sliding windows' `admit` for `any.lua`, before the next algorithm's
+-- script declares its own.
+local admit_sliding_window = admit

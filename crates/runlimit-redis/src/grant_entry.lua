@@ -1,0 +1,2 @@
+-- A grant (`grant.lua`).
+return grant()
