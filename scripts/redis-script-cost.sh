@@ -14,7 +14,10 @@
 #   script lone      the single-check code as a script;
 #   minimal          the floor the Redis bench compares against (TIME, GET,
 #                    SET ... PX in one script).
-# Usage: scripts/redis-script-cost.sh [script] [MEMBERS|lone] | minimal.
+# With MARKED=1 the checks are marked as those of a policy that continues
+# from another (a negative window): what a check of a subject whose counter
+# carried already costs.
+# Usage: [MARKED=1] scripts/redis-script-cost.sh [script] [MEMBERS|lone] | minimal.
 # Needs valgrind, redis-server and redis-benchmark; takes about a minute.
 set -euo pipefail
 form=function
@@ -24,6 +27,10 @@ if [[ "${1:-}" == script ]]; then
 fi
 what="${1:-15}"
 invocations="${INVOCATIONS:-2000}"
+window=60000000
+if [[ "${MARKED:-0}" == 1 ]]; then
+    window=-60000000
+fi
 source_dir="$(cd "$(dirname "$0")/../crates/runlimit-redis/src" && pwd)"
 work="$(mktemp -d)"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -70,7 +77,7 @@ elif [[ "$what" == lone ]]; then
     members=1
     prepare fixed_window.lua single.lua
     # One key; its limit, window in microseconds and cost.
-    command+=(1 "rl:{bench}:__rand_int__" 1000000000 60000000 1)
+    command+=(1 "rl:{bench}:__rand_int__" 1000000000 "$window" 1)
 else
     members="$what"
     prepare fixed_window.lua fixed_window_coalesced.lua coalesced.lua coalesced_script.lua
@@ -79,17 +86,26 @@ else
     # microseconds, cost).
     command+=("$members")
     for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
-    command+=(0 "-$members" 1000000000 60000000 1)
+    command+=(0 "-$members" 1000000000 "$window" 1)
 fi
 
 drive() {
     redis-benchmark -p "$port" -c 4 -P 1 -n "$1" -r 10000 -q "${command[@]}" >/dev/null 2>&1
 }
-# Store every key first, then count only the checks that follow.
+# Store every key first (with unmarked checks: a marked check of a key that
+# holds nothing answers that it must carry, and stores nothing), then count
+# only the checks that follow.
+measured=("${command[@]}")
+command=("${command[@]/#-60000000/60000000}")
 drive $((40000 / members + 1000))
+command=("${measured[@]}")
 callgrind_control -z >/dev/null 2>&1
 drive "$invocations"
 callgrind_control -d >/dev/null 2>&1
 dump="$(ls "$work"/callgrind.out.* | head -n 1)"
 total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')"
-echo "$members member(s) per invocation ($form): $((total / (invocations * members))) server instructions per check"
+marked=""
+if [[ "${MARKED:-0}" == 1 ]]; then
+    marked=", marked"
+fi
+echo "$members member(s) per invocation ($form$marked): $((total / (invocations * members))) server instructions per check"

@@ -12,6 +12,9 @@
 //! Otherwise, or with `BENCH_SHARED_SERVER=1`, it uses the server at
 //! `RUNLIMIT_REDIS_TEST_URL`. `-- sliding` instead alternates fixed-window and
 //! sliding-window checks at 32 tasks over rounds and reports the median ratio;
+//! `-- carry` alternates checks of a policy that continues from another (its
+//! subjects carried already) with the same checks of the policy alone, at 32
+//! tasks and at one, over `BENCH_ROUNDS` rounds, and reports the medians;
 //! `-- topology` runs the credential-stuffing burst with and without the
 //! denial cache, and the tiered admission against the shared check alone.
 #![allow(missing_docs, clippy::cast_precision_loss)]
@@ -50,6 +53,9 @@ enum Workload {
     CheckUncoalesced,
     /// `BatchOfTwo` through a limiter with coalescing off.
     BatchOfTwoUncoalesced,
+    /// `Check` of the same policy continuing from another: the same
+    /// counters, each carried already (the checks are marked).
+    CarriedCheck,
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -150,7 +156,7 @@ async fn run(
     tasks: usize,
     seconds: f64,
     shared: &Shared,
-    policies: &Arc<[FixedWindowPolicy; 2]>,
+    policies: &Arc<[FixedWindowPolicy; 3]>,
 ) -> (f64, Duration, Duration) {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..tasks)
@@ -200,9 +206,13 @@ async fn run(
                                     .is_allowed()
                             );
                         }
-                        Workload::Check => {
+                        Workload::Check | Workload::CarriedCheck => {
+                            let policy = match workload {
+                                Workload::CarriedCheck => &policies[2],
+                                _ => &policies[0],
+                            };
                             let decision = limiter
-                                .check(&Check::new(&policies[0], key))
+                                .check(&Check::new(policy, key))
                                 .await
                                 .expect("check");
                             assert!(decision.is_allowed());
@@ -390,7 +400,19 @@ async fn bench(url: String) {
         )
         .expect("valid")
     };
-    let policies = Arc::new([policy("client"), policy("identity")]);
+    // The third is the first continuing from a policy of a lower limit: the
+    // same counters, its checks marked as checks that carry.
+    let predecessor = FixedWindowPolicy::new(
+        PolicyId::new("bench").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        MAX_LIMIT - 1,
+        MAX_WINDOW,
+    )
+    .expect("valid");
+    let carried = policy("client")
+        .continuing(&predecessor)
+        .expect("one id and scope");
+    let policies = Arc::new([policy("client"), policy("identity"), carried]);
     run(Workload::BatchOfTwo, 32, 1.0, &shared, &policies).await;
     run(Workload::SlidingCheck, 32, 1.0, &shared, &policies).await;
     if std::env::args().any(|arg| arg == "coalescing") {
@@ -406,6 +428,8 @@ async fn bench(url: String) {
         )
         .await;
         topology::tiered_overhead("Redis", limiter.clone(), seconds).await;
+    } else if std::env::args().any(|arg| arg == "carry") {
+        carry(seconds, &shared, &policies).await;
     } else if std::env::args().any(|arg| arg == "sliding") {
         let mut ratios = Vec::new();
         for round in 1..=5 {
@@ -443,7 +467,7 @@ async fn bench(url: String) {
     }
 }
 
-async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 2]>) {
+async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 3]>) {
     let mut admin = shared[0].0.clone();
     println!(
         "| tasks | workload | ops/s | p50 | p99 | vs PING floor | server CPU per 100k | ops per script |"
@@ -492,7 +516,7 @@ async fn table(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy;
 
 /// Checks and batches of two at 32 tasks with coalescing on and off,
 /// alternating over rounds: rates, p99 and server CPU, with medians.
-async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 2]>) {
+async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 3]>) {
     let mut admin = shared[0].0.clone();
     let workloads = [
         Workload::Ping,
@@ -578,5 +602,44 @@ async fn coalescing(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPo
                 cpus[cpus.len() - 1],
             );
         }
+    }
+}
+
+/// Checks of a policy continuing from another, its subjects carried already,
+/// against the same checks of the policy alone (the same counters), at 32
+/// tasks (coalesced) and at one (lone checks), alternating round by round.
+async fn carry(seconds: f64, shared: &Shared, policies: &Arc<[FixedWindowPolicy; 3]>) {
+    // Every counter stored (and so carried) before anything is measured.
+    run(Workload::Check, 32, 2.0 * seconds, shared, policies).await;
+    let round_count: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    for tasks in [32, 1] {
+        let (mut plain, mut carried, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 1..=round_count {
+            let (alone, ..) = run(Workload::Check, tasks, seconds, shared, policies).await;
+            let (marked, ..) = run(Workload::CarriedCheck, tasks, seconds, shared, policies).await;
+            println!(
+                "round {round}, {tasks} task(s): policy alone {alone:.0} checks/s, continuing \
+                 (carried) {marked:.0} checks/s, {:.1}%",
+                100.0 * marked / alone
+            );
+            plain.push(alone);
+            carried.push(marked);
+            ratios.push(marked / alone);
+        }
+        let median = |values: &mut Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "median over {round_count} rounds at {tasks} task(s): policy alone {:.0} checks/s, \
+             continuing (carried) {:.0} checks/s, the rounds' ratio {:.1}%",
+            median(&mut plain),
+            median(&mut carried),
+            100.0 * median(&mut ratios)
+        );
     }
 }
