@@ -1,5 +1,5 @@
 //! Carrying a subject's state into a counter that holds none (see
-//! [`runlimit_core::carry`]): the carry section a carrying invocation sends
+//! [`runlimit_core::carry`]): the carry section a carrying invocation hands
 //! `carry.lua`, and stored states read as core's [`StateMicros`], which a
 //! peek translates with core's own [`carry`](runlimit_core::carry::carry).
 
@@ -43,7 +43,7 @@ pub(crate) fn kind_code(policy: PolicyKind<'_>) -> i64 {
 
 /// A counter's policy as the carry section describes it: its kind and four
 /// parameters, the products among them computed here.
-fn target(policy: PolicyKind<'_>) -> [i64; 5] {
+fn counter_parameters(policy: PolicyKind<'_>) -> [i64; 5] {
     match policy {
         PolicyKind::FixedWindow(policy) => {
             let window = window_micros(policy.window_millis());
@@ -80,7 +80,7 @@ fn target(policy: PolicyKind<'_>) -> [i64; 5] {
 /// A source's policy as the carry section describes it for a counter of
 /// `to`: its kind, whether the translation keeps the state as it is, and
 /// five parameters.
-fn source(from: PolicyKind<'_>, to: PolicyKind<'_>) -> [i64; 7] {
+fn source_parameters(from: PolicyKind<'_>, to: PolicyKind<'_>) -> [i64; 7] {
     match (from, to) {
         (PolicyKind::FixedWindow(from), to) => {
             let same = matches!(to, PolicyKind::FixedWindow(to)
@@ -233,7 +233,7 @@ impl<'a> Sources<'a> {
         let mut section: Vec<String> = Vec::new();
         let mut remote = remote.iter();
         for (policy, sources) in &self.checks {
-            section.extend(target(*policy).map(|value| value.to_string()));
+            section.extend(counter_parameters(*policy).map(|value| value.to_string()));
             let count_at = section.len();
             section.push(String::new());
             let mut count = 0;
@@ -253,7 +253,10 @@ impl<'a> Sources<'a> {
                 section.push(source.ordinal.to_string());
                 section.push(index.to_string());
                 section.extend(state);
-                section.extend(source_parameters(source, *policy));
+                section.extend(
+                    source_parameters(source.source.policy(), *policy)
+                        .map(|value| value.to_string()),
+                );
             }
             section[count_at] = count.to_string();
         }
@@ -268,10 +271,6 @@ impl<'a> Sources<'a> {
             .collect();
         (keys, arguments)
     }
-}
-
-fn source_parameters(source: &Source<'_>, to: PolicyKind<'_>) -> [String; 7] {
-    self::source(source.source.policy(), to).map(|value| value.to_string())
 }
 
 /// `text`, a counter's stored state, as core's state of `policy`'s
@@ -617,8 +616,8 @@ return {value or false, expires or false}
                 prop_assert_eq!(parse(from_kind, &text), Some(source_state));
                 let mut invocation = script.prepare_invoke();
                 invocation.arg(now).arg(&text);
-                invocation.arg(&self::source(from_kind, to_kind)[..]);
-                invocation.arg(&target(to_kind)[..]);
+                invocation.arg(&source_parameters(from_kind, to_kind)[..]);
+                invocation.arg(&counter_parameters(to_kind)[..]);
                 invocation.arg(HORIZON);
                 let (translated, expires): (Option<String>, Option<u64>) = runtime
                     .block_on(invocation.invoke_async(&mut connection.clone()))

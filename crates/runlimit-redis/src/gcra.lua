@@ -1,4 +1,5 @@
 -- GCRA: `admit` decides one batch of counters atomically.
+-- Follows `exact_division.lua`.
 -- State: "tat_us:tat_rem:version" per counter: the theoretical arrival time
 -- as whole microseconds and a remainder in units of 1/quota microsecond, and
 -- the version refunds compare with their receipts (the creation time of the
@@ -6,9 +7,9 @@
 -- version 0).
 -- Its keys are KEYS[k + 1 .. k + n]; its ARGV from a + 1, for each key:
 -- quota, increment_us, increment_rem, tolerance_us, tolerance_rem (products
--- already reduced by the client, so every value here stays below 2^53;
--- `exact_division.lua` multiplies and divides them). A negative quota marks
--- a check whose counter may carry another's state (`carry.lua`).
+-- already reduced by the client, so every value here stays below 2^53). A
+-- negative quota marks a check whose counter may carry another's state
+-- (`carry.lua`).
 -- Replies: for each key outcome (0 allowed, 1 quota exceeded), ahead_us,
 -- ahead_rem (how far the new arrival time lies ahead of now) and the version;
 -- then now_us. Where a marked check's counter holds no live state, nothing

@@ -1,4 +1,5 @@
 -- Sliding windows: `admit` decides one batch of counters atomically.
+-- Follows `eighths.lua`.
 -- State: "expires_us:version:c1:c2:..." per counter: when its units all stop
 -- counting (the start of the ninth eighth after the eighth of the latest
 -- admission, a multiple of the eighth in microseconds, from which that

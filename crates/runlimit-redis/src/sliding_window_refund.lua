@@ -1,8 +1,8 @@
 -- Refunds of sliding-window admissions (state as sliding_window.lua stores
 -- it): `credit_sliding_window(i, at)` gives back what a receipt names for
--- KEYS[i], its ARGV from at + 1: sub_window_us, cost (the
--- units given back: the whole cost, or what a settlement returns),
--- admitted_in (the eighth the admission was counted in), version.
+-- KEYS[i], its ARGV from at + 1: sub_window_us, cost (the units given back:
+-- the whole cost, or what a settlement returns), admitted_in (the eighth the
+-- admission was counted in), version.
 -- Gives the cost back to the eighth the admission was counted in, at most
 -- what that eighth still holds, while it still counts and the counter's
 -- version is the receipt's. The counts are then exactly those without the
