@@ -160,8 +160,8 @@ async fn state_carries_on_a_cluster() {
 /// so a policy's successor finds its predecessor's counter in its own slot
 /// (one more invocation, once), while a rotated secret's previous key hashes
 /// elsewhere: its state is read first, with one `MGET`, then carried (one
-/// more round trip besides). Each carry is heard once; a reset deletes the
-/// sources in every slot.
+/// more round trip besides); a peek reads it after the counter. Each carry
+/// is heard once; a reset deletes the sources in every slot.
 #[tokio::test]
 async fn a_rotated_secret_carries_from_another_slot() {
     let Some(nodes) = nodes() else { return };
@@ -201,11 +201,15 @@ async fn a_rotated_secret_carries_from_another_slot() {
         slot(&old, subject(0x52)).await,
         slot(&new, subject(0x52)).await
     );
-    // Load the libraries a carry uses.
+    // Load the libraries a carry and a peek use.
     limiter
         .check(&Check::new(&old, rotated(0x40)))
         .await
         .expect("check");
+    limiter
+        .peek(&Check::new(&old, rotated(0x42)))
+        .await
+        .expect("peek");
     for n in [0x50, 0x52] {
         for _ in 0..3 {
             let check = Check::new(&old, subject(n));
@@ -215,7 +219,11 @@ async fn a_rotated_secret_carries_from_another_slot() {
     connection.take();
     carries.take();
 
+    // A peek reads the counter, then the previous key's state, and carries
+    // nothing.
     let check = Check::new(&old, rotated(0x50));
+    assert!(!limiter.peek(&check).await.expect("peek").is_allowed());
+    assert_eq!(connection.take(), ["FCALL", "MGET"], "a peek");
     assert!(!limiter.check(&check).await.expect("check").is_allowed());
     assert_eq!(connection.take(), ["FCALL", "MGET", "FCALL"], "a rotation");
     assert_eq!(carries.take(), [CarriedFrom::PreviousSecret]);
