@@ -207,6 +207,49 @@
 //! alone. Applications that must keep a strict migrator of their own can vendor
 //! the bundled schema, [`SCHEMA`], as their own migrations, in its order.
 //!
+//! # A schema of your own
+//!
+//! The limiter's statements name Runlimit's functions without a schema, and
+//! [`migrate`] creates its tables, functions and migration history without
+//! one, so both follow each connection's `search_path`: by default the
+//! `public` schema. To keep everything Runlimit owns in a schema of the
+//! application's choosing, create the schema once (owned by, or granting
+//! `USAGE` and `CREATE` to, the role that migrates) and start every
+//! connection of the limiter's pool with it on the search path, then
+//! migrate:
+//!
+//! ```sql
+//! CREATE SCHEMA ratelimit AUTHORIZATION app;
+//! ```
+//!
+//! ```no_run
+//! use runlimit_core::FixedWindowPolicy;
+//! use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+//! use sqlx::postgres::PgConnectOptions;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = "postgres://app@db/app"
+//!     .parse::<PgConnectOptions>()?
+//!     .options([("search_path", "ratelimit")]);
+//! let pool = runlimit_postgres::pool_options().connect_with(options).await?;
+//! let limiter =
+//!     PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+//! limiter.migrate().await?; // ratelimit.runlimit_fixed_windows, ratelimit._sqlx_migrations, …
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same setting fits in the URL, for configuration that holds only a
+//! URL: `postgres://app@db/app?options=-c%20search_path%3Dratelimit`. It is
+//! sent when a connection starts, so it costs no round trip. Every replica's
+//! pool needs it, since the limiter's statements find the functions through
+//! it; the functions themselves keep the schema they were installed in
+//! (`SET search_path FROM CURRENT`), whatever path calls them. The migration
+//! history then lives in the schema too, apart from the application's own
+//! `_sqlx_migrations`. Keep the application's queries off that pool (a pool
+//! of the limiter's own, as above, already is), or they too resolve
+//! unqualified names in `ratelimit` first.
+//!
 //! # Durability
 //!
 //! Commits are durable by default.
