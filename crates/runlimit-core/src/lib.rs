@@ -13,6 +13,8 @@
 //! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s, and in
 //!   part with [`Settle`]), peeks
 //!   and resets; and [`Backend`], where a backend keeps counters ([`Storage`]);
+//! * [`Maintain`] beside it too: the periodic upkeep a backend needs (expired
+//!   rows deleted, idle leases given back), one round at a time;
 //! * [`Observer`]s for privacy-preserving operational telemetry.
 //!
 //! HTTP field encoding lives in `runlimit-http` and the Tower/Axum admission layer
@@ -86,6 +88,7 @@ mod id;
 pub mod key;
 mod lifecycle;
 mod limiter;
+mod maintenance;
 mod observation;
 pub mod observers;
 pub mod policy;
@@ -106,6 +109,7 @@ pub use lifecycle::{
     Admission, Admitted, Credits, Lifecycle, Receipt, RefundError, Refunded, Settle, Stamp,
 };
 pub use limiter::Limiter;
+pub use maintenance::{Maintain, MaintenanceFailure, MaintenanceReport};
 pub use observation::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation,
     CleanupObservation, Consumption, Observer, Operation, PolicyLabel, notify,
