@@ -148,10 +148,29 @@
 //! table (the quickest way to reset every limit of one algorithm) also frees
 //! all its capacity.
 //!
-//! Expiry alone does not free a ledger slot: schedule
-//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`, which
-//! deletes at most that many expired rows along the expiry index, skipping rows
-//! admissions hold, and returns how many it removed. Monitor shard headroom:
+//! Expiry alone does not free a ledger slot: expired rows must be deleted.
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`
+//! deletes at most that many expired rows of one policy type's table along the
+//! expiry index, skipping rows admissions hold, and returns how many it
+//! removed. [`PostgresLimiter`] implements [`runlimit_core::Maintain`]: a
+//! round cleans every counter table in statements of
+//! [`MAINTENANCE_ROWS_PER_STATEMENT`] rows, repeated while they come back
+//! full (at most [`MAINTENANCE_STATEMENTS_PER_TABLE`] per table), so one call
+//! schedules it for every policy type on the Tokio runtime:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use runlimit_core::FixedWindowPolicy;
+//! # use runlimit_postgres::PostgresLimiter;
+//! # async fn run(limiter: PostgresLimiter<FixedWindowPolicy>) -> Result<(), Box<dyn std::error::Error>> {
+//! let maintenance = runlimit_memory::maintenance::spawn(limiter.clone(), Duration::from_secs(60))?;
+//! // … and at shutdown:
+//! maintenance.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Monitor shard headroom:
 //!
 //! ```sql
 //! SELECT counter_table, max(used) AS fullest_shard, sum(used) AS rows
@@ -273,6 +292,7 @@ mod connections;
 mod error;
 mod full_counters;
 mod limiter;
+mod maintenance;
 mod migrate;
 mod pool;
 mod single;
@@ -283,5 +303,6 @@ pub use config::{
 };
 pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
+pub use maintenance::{MAINTENANCE_ROWS_PER_STATEMENT, MAINTENANCE_STATEMENTS_PER_TABLE};
 pub use migrate::{MIGRATOR, SCHEMA, SchemaMigration, migrate};
 pub use pool::pool_options;

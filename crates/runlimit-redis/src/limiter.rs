@@ -17,8 +17,8 @@ use redis::{
 use runlimit_core::{
     Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
     Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter,
-    Observer, Operation, Policy, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
-    SubjectKey,
+    Maintain, MaintenanceReport, Observer, Operation, Policy, Receipt, Refunded, Settle,
+    SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     sliding::{Buckets, COUNTED, SlidingMicros, SlidingOutcome},
@@ -881,6 +881,20 @@ where
         used: &[u64],
     ) -> Result<Refunded, CheckError> {
         self.refund_receipt(checks, receipt, Some(used)).await
+    }
+}
+
+/// Nothing to do: every key expires by itself when its state becomes
+/// worthless (`SET … PX`), so Redis needs no cleanup and a round removes
+/// nothing. Implemented so that wrappers in front of Redis (a lease, say)
+/// run their own upkeep through [`Maintain`].
+impl<C, P> Maintain for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    async fn maintain(&self) -> MaintenanceReport {
+        MaintenanceReport::new()
     }
 }
 
