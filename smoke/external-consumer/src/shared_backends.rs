@@ -1,4 +1,5 @@
-//! README "Choosing a backend": the PostgreSQL and Redis fragments.
+//! README "Choosing a backend": the PostgreSQL, Redis and maintenance
+//! fragments.
 
 use std::time::Duration;
 
@@ -21,6 +22,11 @@ pub async fn postgres(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     limiter.migrate().await?;
     let gcra: PostgresLimiter<GcraPolicy> = limiter.for_policy(); // same pool and connections
     let _ = gcra;
+
+    let maintenance =
+        runlimit_memory::maintenance::spawn(limiter.clone(), Duration::from_secs(60))?;
+    // … and at shutdown:
+    maintenance.stop().await;
     Ok(())
 }
 
