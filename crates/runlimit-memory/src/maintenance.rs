@@ -56,8 +56,9 @@ impl<A: Algorithm> Maintain for Store<A> {
 /// stay consumed at the shared store, as `flush_idle` says.
 ///
 /// Several `Leased` in front of one [`Shared`](runlimit_core::Shared) store
-/// each run that store's round: maintain one of them, or the store itself
-/// and each lease, as suits.
+/// each run that store's round as well: maintaining each of them is right,
+/// and repeats the store's round (for PostgreSQL, a few more statements per
+/// interval).
 impl<S> Maintain for Leased<S>
 where
     S: Grant + Maintain,
