@@ -144,6 +144,15 @@
 //! is first polled; from a concrete store, call it as
 //! `Limiter::check(&store, &check).await`.
 //!
+//! # Maintenance
+//!
+//! With the `tokio` feature, [`maintenance`]`::spawn` runs a limiter's periodic
+//! upkeep ([`Maintain`](runlimit_core::Maintain) rounds) on the Tokio runtime
+//! until its handle is stopped or dropped: for a [`Leased`], idle leases
+//! given back, then its shared backend's round (expired PostgreSQL rows
+//! deleted). The [`maintenance`] module says what each limiter's round does;
+//! the stores here need none.
+//!
 //! # Memory
 //!
 //! Each key costs a 32-byte entry stored inline in its shard's hash table (a
@@ -161,6 +170,9 @@
 //!
 //! # Features
 //!
+//! * `tokio` (on by default): a [`Leased`] dropped inside a Tokio runtime
+//!   gives its unspent units back, and a check waits for the grant in flight
+//!   for its key; [`maintenance`]`::spawn`.
 //! * `serde` (enables `runlimit-core`'s): serialize and deserialize
 //!   [`MemoryStoreConfig`] (through its validating constructors, rejecting
 //!   unknown fields) and [`MemoryStoreStats`]. Live stores never serialize.
@@ -172,6 +184,7 @@ mod config;
 mod denial_cache;
 mod error;
 mod leased;
+pub mod maintenance;
 mod shard;
 mod stats;
 mod store;

@@ -148,10 +148,29 @@
 //! table (the quickest way to reset every limit of one algorithm) also frees
 //! all its capacity.
 //!
-//! Expiry alone does not free a ledger slot: schedule
-//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`, which
-//! deletes at most that many expired rows along the expiry index, skipping rows
-//! admissions hold, and returns how many it removed. Monitor shard headroom:
+//! Expiry alone does not free a ledger slot: expired rows must be deleted.
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`
+//! deletes at most that many expired rows of one policy type's table along the
+//! expiry index, skipping rows admissions hold, and returns how many it
+//! removed. [`PostgresLimiter`] implements [`runlimit_core::Maintain`]: a
+//! round cleans every counter table in statements of
+//! [`MAINTENANCE_ROWS_PER_STATEMENT`] rows, repeated while they come back
+//! full (at most [`MAINTENANCE_STATEMENTS_PER_TABLE`] per table), so one call
+//! schedules it for every policy type on the Tokio runtime:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use runlimit_core::FixedWindowPolicy;
+//! # use runlimit_postgres::PostgresLimiter;
+//! # async fn run(limiter: PostgresLimiter<FixedWindowPolicy>) -> Result<(), Box<dyn std::error::Error>> {
+//! let maintenance = runlimit_memory::maintenance::spawn(limiter.clone(), Duration::from_secs(60))?;
+//! // … and at shutdown:
+//! maintenance.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Monitor shard headroom:
 //!
 //! ```sql
 //! SELECT counter_table, max(used) AS fullest_shard, sum(used) AS rows
@@ -207,6 +226,49 @@
 //! alone. Applications that must keep a strict migrator of their own can vendor
 //! the bundled schema, [`SCHEMA`], as their own migrations, in its order.
 //!
+//! # A schema of your own
+//!
+//! The limiter's statements name Runlimit's functions without a schema, and
+//! [`migrate`] creates its tables, functions and migration history without
+//! one, so both follow each connection's `search_path`: by default the
+//! `public` schema. To keep everything Runlimit owns in a schema of the
+//! application's choosing, create the schema once (owned by, or granting
+//! `USAGE` and `CREATE` to, the role that migrates) and start every
+//! connection of the limiter's pool with it on the search path, then
+//! migrate:
+//!
+//! ```sql
+//! CREATE SCHEMA ratelimit AUTHORIZATION app;
+//! ```
+//!
+//! ```no_run
+//! use runlimit_core::FixedWindowPolicy;
+//! use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+//! use sqlx::postgres::PgConnectOptions;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = "postgres://app@db/app"
+//!     .parse::<PgConnectOptions>()?
+//!     .options([("search_path", "ratelimit")]);
+//! let pool = runlimit_postgres::pool_options().connect_with(options).await?;
+//! let limiter =
+//!     PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+//! limiter.migrate().await?; // ratelimit.runlimit_fixed_windows, ratelimit._sqlx_migrations, …
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same setting fits in the URL, for configuration that holds only a
+//! URL: `postgres://app@db/app?options=-c%20search_path%3Dratelimit`. It is
+//! sent when a connection starts, so it costs no round trip. Every replica's
+//! pool needs it, since the limiter's statements find the functions through
+//! it; the functions themselves keep the schema they were installed in
+//! (`SET search_path FROM CURRENT`), whatever path calls them. The migration
+//! history then lives in the schema too, apart from the application's own
+//! `_sqlx_migrations`. Keep the application's queries off that pool (a pool
+//! of the limiter's own, as above, already is), or they too resolve
+//! unqualified names in `ratelimit` first.
+//!
 //! # Durability
 //!
 //! Commits are durable by default.
@@ -230,6 +292,7 @@ mod connections;
 mod error;
 mod full_counters;
 mod limiter;
+mod maintenance;
 mod migrate;
 mod pool;
 mod single;
@@ -240,5 +303,6 @@ pub use config::{
 };
 pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
+pub use maintenance::{MAINTENANCE_ROWS_PER_STATEMENT, MAINTENANCE_STATEMENTS_PER_TABLE};
 pub use migrate::{MIGRATOR, SCHEMA, SchemaMigration, migrate};
 pub use pool::pool_options;

@@ -544,100 +544,78 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     }
 }
 
-macro_rules! limiter_for {
-    ($policy:ty) => {
-        impl Limiter for PostgresLimiter<$policy> {
-            type Policy = $policy;
-            type Error = CheckError;
+impl<P: PgPolicy> Limiter for PostgresLimiter<P> {
+    type Policy = P;
+    type Error = CheckError;
 
-            async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.check_one(check).await.map(|decided| decided.decision)
-            }
+    async fn check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.check_one(check).await.map(|decided| decided.decision)
+    }
 
-            async fn check_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<BatchDecision, CheckError> {
-                self.check_batch(checks).await.map(|(batch, _)| batch)
-            }
-        }
-
-        /// Shared by every replica connected to the database.
-        impl Backend for PostgresLimiter<$policy> {
-            fn storage(&self, _policy: &$policy) -> Storage {
-                Storage::Shared
-            }
-        }
-
-        /// Each refund, peek and reset is one statement (one round trip) on
-        /// PostgreSQL's clock, with the lock order and error classes of
-        /// checks; see [`Lifecycle`] and the algorithm's refund rule.
-        impl Lifecycle for PostgresLimiter<$policy> {
-            async fn admit(
-                &self,
-                check: &Check<'_, $policy>,
-            ) -> Result<Admission<Decision>, CheckError> {
-                self.admit_one(check).await
-            }
-
-            async fn admit_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<Admission<BatchDecision>, CheckError> {
-                self.admit_batch(checks).await
-            }
-
-            async fn refund(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, None).await
-            }
-
-            async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.peek_check(check).await
-            }
-
-            async fn reset(
-                &self,
-                policy: &$policy,
-                subject: &SubjectKey,
-            ) -> Result<bool, CheckError> {
-                self.reset_counter(policy, subject).await
-            }
-        }
-
-        /// A grant is one statement: the counter's locks, its room read on
-        /// PostgreSQL's clock, and the admission of that many units.
-        impl Grant for PostgresLimiter<$policy> {
-            async fn grant(
-                &self,
-                check: &Check<'_, $policy>,
-                up_to: u64,
-            ) -> Result<Granted, CheckError> {
-                self.grant_units(check, up_to).await
-            }
-        }
-
-        /// A settlement is a refund of the unused units: one statement, or
-        /// none when every check keeps its whole cost.
-        impl Settle for PostgresLimiter<$policy> {
-            async fn settle(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-                used: &[u64],
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, Some(used)).await
-            }
-        }
-    };
+    async fn check_all(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+        self.check_batch(checks).await.map(|(batch, _)| batch)
+    }
 }
 
-limiter_for!(FixedWindowPolicy);
-limiter_for!(SlidingWindowPolicy);
-limiter_for!(GcraPolicy);
+/// Shared by every replica connected to the database.
+impl<P: PgPolicy> Backend for PostgresLimiter<P> {
+    fn storage(&self, _policy: &P) -> Storage {
+        Storage::Shared
+    }
+}
+
+/// Each refund, peek and reset is one statement (one round trip) on
+/// PostgreSQL's clock, with the lock order and error classes of
+/// checks; see [`Lifecycle`] and the algorithm's refund rule.
+impl<P: PgPolicy> Lifecycle for PostgresLimiter<P> {
+    async fn admit(&self, check: &Check<'_, P>) -> Result<Admission<Decision>, CheckError> {
+        self.admit_one(check).await
+    }
+
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<Admission<BatchDecision>, CheckError> {
+        self.admit_batch(checks).await
+    }
+
+    async fn refund(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, None).await
+    }
+
+    async fn peek(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.peek_check(check).await
+    }
+
+    async fn reset(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
+        self.reset_counter(policy, subject).await
+    }
+}
+
+/// A grant is one statement: the counter's locks, its room read on
+/// PostgreSQL's clock, and the admission of that many units.
+impl<P: PgPolicy> Grant for PostgresLimiter<P> {
+    async fn grant(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
+        self.grant_units(check, up_to).await
+    }
+}
+
+/// A settlement is a refund of the unused units: one statement, or
+/// none when every check keeps its whole cost.
+impl<P: PgPolicy> Settle for PostgresLimiter<P> {
+    async fn settle(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, Some(used)).await
+    }
+}
 
 /// The advisory-lock id of one counter key.
 fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {

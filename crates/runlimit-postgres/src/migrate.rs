@@ -59,8 +59,10 @@ pub const SCHEMA: &[SchemaMigration] = &[
     },
 ];
 
-/// Applies the bundled migrations in the pool's current schema, tolerating
-/// versions other migrators (the host application's) recorded in the same
+/// Applies the bundled migrations in the pool's current schema (the first
+/// schema on its connections' `search_path`; see [a schema of your
+/// own](crate#a-schema-of-your-own) to choose it), tolerating versions other
+/// migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.
 ///
 /// Every migrator sharing that history must likewise enable
