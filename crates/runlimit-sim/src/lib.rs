@@ -105,6 +105,7 @@
 //! [`GcraStore`]: runlimit_memory::GcraStore
 //! [`SlidingWindowStore`]: runlimit_memory::SlidingWindowStore
 
+mod change;
 mod chart;
 mod engine;
 mod generate;
@@ -115,6 +116,7 @@ mod report;
 mod sketch;
 mod subject;
 
+pub use change::{ChangeAt, ChangeAtError, ChangeError, ChangeOutsideLog, PolicyChange};
 pub use chart::{ChartError, write_svg};
 pub use engine::{Mode, Refusal, Simulation, SimulationError, Verdict};
 pub use generate::{GenerateOptions, MAX_MINUTES, generate};
@@ -127,5 +129,8 @@ pub use replay::{
     KEY_SAMPLE_INTERVAL, MALFORMED_LISTED, MAX_TOP, NothingReplayed, Replay, ReplayError,
     ReplayOptions, StatusSet, StatusSetError,
 };
-pub use report::{MalformedLine, MalformedSummary, Quantiles, Report, Row, TopSubject};
+pub use report::{
+    ChangeReport, ChangeRow, Counts, Difference, MalformedLine, MalformedSummary, Quantiles,
+    Report, Row, RunCounts, TopSubject,
+};
 pub use subject::{SubjectPart, SubjectSpec, SubjectSpecError};
