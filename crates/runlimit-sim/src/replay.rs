@@ -405,7 +405,9 @@ impl Replay {
     }
 
     /// Evaluates one request and tallies it. Returns the verdicts, one per
-    /// row of the report.
+    /// row of the report: with a change, of the policies continuing across
+    /// it ([`fresh_start_verdicts`](Self::fresh_start_verdicts) has the
+    /// fresh start's).
     ///
     /// # Errors
     ///

@@ -162,7 +162,9 @@ pub struct MalformedLine {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Row {
-    /// The candidate's id, or `batch` for all of them together.
+    /// The candidate's id, or `batch` for all of them together. With a
+    /// change, the new candidate's: the row counts its old one until the
+    /// change, and [`ChangeRow`] names both.
     pub policy: String,
     /// Its algorithm.
     pub algorithm: String,
@@ -188,9 +190,13 @@ pub struct Row {
     pub subjects_denied_share: f64,
     /// `Retry-After` of quota refusals, in whole seconds.
     pub retry_after_seconds: Option<Quantiles>,
-    /// The most keys the store held (sampled every 64 requests and at the end).
+    /// The most keys the store held (sampled every 64 requests and at the
+    /// end). With a change, the continuing store's, which holds the old
+    /// policies' keys too.
     pub peak_keys: u64,
-    /// `peak_keys` times the memory store's documented cost per key.
+    /// `peak_keys` times the memory store's documented cost per key (with
+    /// a change, of a key in a store of all three algorithms: 64-byte
+    /// entries).
     pub peak_bytes: u64,
     /// The most refused subjects, most first.
     pub top_denied: Vec<TopSubject>,
