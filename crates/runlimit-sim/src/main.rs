@@ -42,7 +42,8 @@ enum Command {
 struct ReplayArgs {
     /// The log to replay; `-` or nothing reads standard input.
     log: Option<PathBuf>,
-    /// The candidate policies (TOML: `max_keys` and `[[policy]]` tables).
+    /// The candidate policies (TOML: `max_keys` and `[[policy]]` tables);
+    /// with --then, those in force until --change-at.
     #[arg(long, short)]
     policies: PathBuf,
     /// The log's format.
