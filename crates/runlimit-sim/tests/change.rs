@@ -232,13 +232,14 @@ fn a_change_of_algorithm_carries_a_fixed_window_into_gcra() {
     // arrival time after it is at most 3T ahead. A carried state holds its
     // units as if admitted at the carry: the arrival time `now + held × T`.
     //
-    // A used five (its window [0, 900)): at 60 the arrival time would be
-    // 60 + 1500, refused, and a refusal stores nothing, so 61 carries
-    // again and is refused too; at 900 A's old window has ended, nothing is
-    // carried, and GCRA starts afresh. B used two (window [10, 910)): at 70
-    // the arrival time is 70 + 600, and 70 is admitted (900 ahead, exactly
-    // 3T); 71 to 73 are refused. A fresh start admits a burst of three each:
-    // A's 60, 61 and 900, B's 70, 71 and 72.
+    // A used five (its window [0, 900)): at 60 the arrival time becomes
+    // 60 + 1500 = 1560, kept though 60 is refused (carrying is not
+    // consuming); 61 is refused against it, and so is 900 (1560 + 300 lies
+    // more than 3T ahead of 900: the five units drain at the new rate). B
+    // used two (window [10, 910)): at 70 the arrival time is 70 + 600, and
+    // 70 is admitted (900 ahead, exactly 3T); 71 to 73 are refused. A fresh
+    // start admits a burst of three each: A's 60, 61 and 900, B's 70, 71
+    // and 72.
     let change = change(
         &fixed_windows(&[("login.ip", 5)]),
         "+60s",
@@ -248,7 +249,7 @@ fn a_change_of_algorithm_carries_a_fixed_window_into_gcra() {
     let (continuing, fresh_start) = replayed.column(0);
     assert_eq!(
         continuing[8..],
-        [false, false, true, false, false, false, true]
+        [false, false, true, false, false, false, false]
     );
     assert_eq!(
         fresh_start[8..],
@@ -260,9 +261,9 @@ fn a_change_of_algorithm_carries_a_fixed_window_into_gcra() {
         (Some("fixed_window"), "gcra")
     );
     assert_eq!(pair(row.before_change), (7, 1));
-    assert_eq!(pair(row.continuing.after_change), (2, 5));
+    assert_eq!(pair(row.continuing.after_change), (1, 6));
     assert_eq!(pair(row.fresh_start.after_change), (6, 1));
-    assert_eq!((row.given_away.requests, row.given_away.subjects), (4, 2));
+    assert_eq!((row.given_away.requests, row.given_away.subjects), (5, 2));
     assert_eq!(row.held_back.requests, 0);
 }
 
@@ -270,8 +271,9 @@ fn a_change_of_algorithm_carries_a_fixed_window_into_gcra() {
 fn the_table_shows_the_change_beside_the_fresh_start() {
     // The decisions of `a_change_of_algorithm_carries_a_fixed_window_into_gcra`,
     // with a new id and a retired one. Refusals of login.ip: A's 5 by the
-    // window (retry 895 s), A's 60 and 61 with the arrival time 1500 s ahead
-    // (retry 1500 + 300 - 900 = 900 s), B's 71 to 73 (299, 298 and 297 s).
+    // window (retry 895 s), A's 60, 61 and 900 against the arrival time 1560
+    // (retry 1560 + 300 - 900 - now: 900, 899 and 60 s), B's 71 to 73 (299,
+    // 298 and 297 s).
     // The continuing store holds A's and B's keys under both policies, each
     // 152 bytes in a store of all three algorithms.
     let change = change(
@@ -288,16 +290,16 @@ fn the_table_shows_the_change_beside_the_fresh_start() {
         "\
 15 requests from 2 subjects, 2026-01-01T00:00:00Z to 2026-01-01T00:15:00Z; 0 uncharged; 0 malformed lines
 policy     quota               admitted  denied  denied %  subjects denied  retry p50/p99/max  peak keys  peak bytes
-login.ip   3 per 15m, burst 3         9       6     40.00      2 (100.00%)     299s/900s/900s          4       608 B
+login.ip   3 per 15m, burst 3         8       7     46.67      2 (100.00%)     299s/900s/900s          4       608 B
 login.new  100 per 15m               15       0      0.00        0 (0.00%)                  -          2       304 B
 
 policy change at 2026-01-01T00:01:00Z (+1m): 8 requests before it, 7 after
 retired at the change: login.old
 login.ip: fixed_window 5 per 15m → gcra 3 per 15m, burst 3
                admitted after  denied after  admitted overall  denied overall
-  continuing                2             5                 9               6
+  continuing                1             6                 8               7
   fresh start               6             1                13               2
-  a fresh start would have given away 4 requests to 2 subjects
+  a fresh start would have given away 5 requests to 2 subjects
 login.new: new: fixed_window 100 per 15m
                admitted after  denied after  admitted overall  denied overall
   continuing                7             0                15               0
@@ -305,7 +307,7 @@ login.new: new: fixed_window 100 per 15m
   a fresh start would have given away nothing
 
 most denied for login.ip (as written):
-           3  192.0.2.1
+           4  192.0.2.1
            3  192.0.2.2
 "
     );
@@ -504,9 +506,9 @@ fn the_json_and_csv_reports_carry_the_change() {
     let replayed = replay(&change, Mode::Independent, &fixed_window_to_gcra_log());
     let json = serde_json::to_value(&replayed.report).expect("serializes");
     let row = &json["change"]["rows"][0];
-    assert_eq!(row["given_away"]["requests"], 4);
+    assert_eq!(row["given_away"]["requests"], 5);
     assert_eq!(row["fresh_start"]["after_change"]["admitted"], 6);
-    assert_eq!(row["continuing"]["overall"]["denied"], 6);
+    assert_eq!(row["continuing"]["overall"]["denied"], 7);
 
     let mut csv = Vec::new();
     replayed.report.write_csv(&mut csv).expect("writes");
@@ -519,10 +521,10 @@ fn the_json_and_csv_reports_carry_the_change() {
         record[column].to_owned()
     };
     assert_eq!(field("from_algorithm"), "fixed_window");
-    assert_eq!(field("admitted_after_change"), "2");
+    assert_eq!(field("admitted_after_change"), "1");
     assert_eq!(field("fresh_start_admitted_after_change"), "6");
     assert_eq!(field("fresh_start_admitted"), "13");
-    assert_eq!(field("given_away"), "4");
+    assert_eq!(field("given_away"), "5");
     assert_eq!(field("given_away_subjects"), "2");
 }
 
