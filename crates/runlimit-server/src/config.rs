@@ -216,7 +216,7 @@ pub use rule::{Limit, Rule, RulePath, Unit};
 ///
 /// Built whole or not at all, and never changed: a reload builds a new one
 /// ([`continuing_from`](Self::continuing_from) the current one) and swaps it
-/// in.
+/// in. The default is a configuration without domains.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     domains: schema::Domains,

@@ -34,23 +34,25 @@ impl fmt::Debug for Entry<'_> {
     }
 }
 
-/// The rule a request descriptor matched, and what keys its counter.
+/// The rule a request descriptor matched, and what keys its counter: the
+/// rule borrows from the configuration (`'c`), the subject from the request
+/// (`'r`) and the configuration.
 ///
 /// Its [`Debug`](fmt::Debug) leaves out the subject: values identify
 /// clients.
 #[derive(Clone)]
 #[non_exhaustive]
-pub struct Matched<'a> {
+pub struct Matched<'c, 'r> {
     /// The rule.
-    pub rule: &'a Rule,
+    pub rule: &'c Rule,
     /// One value per request entry, in order, that together with the
     /// entries' keys identify the counter: the request's value, or, where
     /// the entry matched a wildcard descriptor with `share_threshold`, the
     /// wildcard pattern, so that every matching value shares one counter.
-    pub subject: SmallVec<[&'a str; 4]>,
+    pub subject: SmallVec<[&'r str; 4]>,
 }
 
-impl fmt::Debug for Matched<'_> {
+impl fmt::Debug for Matched<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Matched")
             .field("rule", &self.rule)
@@ -89,7 +91,7 @@ impl Domain {
     /// it, and an entry that selects nothing ends the search with no rule.
     /// There is no fallback to another branch.
     #[must_use]
-    pub fn resolve<'a>(&'a self, entries: &[Entry<'a>]) -> Option<Matched<'a>> {
+    pub fn resolve<'c: 'r, 'r>(&'c self, entries: &[Entry<'r>]) -> Option<Matched<'c, 'r>> {
         let mut level = &self.root;
         let mut subject = SmallVec::new();
         let mut composite = SmallVec::<[u8; 128]>::new();
@@ -221,7 +223,7 @@ impl Descriptor {
 
     /// The value that keys `entry`'s part of a counter, for an entry this
     /// descriptor's pattern selected or not.
-    fn subject_value<'a>(&'a self, entry: &Entry<'a>, by_pattern: bool) -> &'a str {
+    fn subject_value<'c: 'r, 'r>(&'c self, entry: &Entry<'r>, by_pattern: bool) -> &'r str {
         if !(by_pattern && self.share_threshold) {
             return entry.value;
         }

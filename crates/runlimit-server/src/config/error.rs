@@ -312,6 +312,7 @@ fn summary(problems: &[Problem]) -> String {
     match problems {
         [] => "invalid configuration".to_owned(),
         [only] => only.to_string(),
+        [first, second] => format!("{first}; and 1 more problem: {second}"),
         [first, rest @ ..] => format!("{first}; and {} more problems", rest.len()),
     }
 }
