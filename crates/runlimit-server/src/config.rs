@@ -124,7 +124,7 @@
 //!   `value: 404`, `value: true` and `value: 0x10` are the values `404`,
 //!   `true` and `0x10`; `~`, `null` or nothing are the empty string;
 //! * a float (`1.5`, `1e3`, `.inf`, and `08`, which is no octal integer) or
-//!   an integer beyond 64 bits is refused anywhere outside `metadata`;
+//!   an integer above 2⁶³ − 1 is refused anywhere outside `metadata`;
 //! * of a key written twice in one mapping, the last value counts;
 //! * anchors, aliases and merge keys (`<<: *defaults`) work; a merged
 //!   mapping overrides the keys before the `<<`, keys after it override it;
@@ -360,8 +360,13 @@ fn collect_files(
             continue;
         }
         let path = entry.path();
-        // Follows symbolic links.
-        let metadata = fs::metadata(&path).map_err(read_error(&path))?;
+        // Follows symbolic links. A broken link is an error only where a
+        // configuration file should be.
+        let metadata = match fs::metadata(&path) {
+            Ok(metadata) => metadata,
+            Err(_) if !is_yaml(&path) => continue,
+            Err(source) => return Err(read_error(&path)(source)),
+        };
         if metadata.is_dir() {
             collect_files(root, &path, ancestors, files)?;
         } else if metadata.is_file() && is_yaml(&path) {

@@ -1,19 +1,17 @@
-//! A rate-limit service for Envoy, deciding on Runlimit's stores.
+//! A rate-limit service for Envoy's rate-limit protocol, on Runlimit's stores.
 //!
-//! Proxies such as Envoy (and Istio, Envoy Gateway, Contour or Emissary in
-//! front of it) ask one gRPC method, `ShouldRateLimit`, whether a request
-//! is within its limits. `runlimit-server` answers it with Runlimit's exact,
-//! shared quotas: a request's descriptors are admitted together or not at
-//! all, a denied request consumes nothing, and descriptor values reach no
-//! store, log or metric in clear.
+//! Envoy, and the meshes and gateways that configure it (Istio, Envoy
+//! Gateway, Contour, Emissary), ask a rate-limit service whether a request is
+//! within its limits through one gRPC method, `ShouldRateLimit`.
+//! `runlimit-server` is such a service: its decisions are Runlimit's
+//! (policies from `runlimit-core`, counters in Runlimit's stores), and its
+//! rules come from YAML files in the format of Envoy's reference rate-limit
+//! service, which load unchanged.
 //!
-//! Its rules come from YAML files in the format of Envoy's reference
-//! rate-limit service, which load unchanged ([`config`]): domains of nested
-//! descriptors, each rule a fixed window per unit unless it chooses a
-//! sliding window or GCRA.
+//! * [`config`]: loading a directory of rule files, refusing invalid ones
+//!   with the reference service's messages, matching request descriptors to
+//!   rules, and keeping counters across reloads.
 //!
-//! The library holds the logic, so tests and applications can embed it;
-//! policies, keys and stores come from `runlimit-core` and the backend
-//! crates.
+//! The library holds the logic, so that tests and applications can embed it.
 
 pub mod config;

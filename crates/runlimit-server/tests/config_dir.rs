@@ -129,7 +129,13 @@ fn symbolic_links_are_followed_but_not_in_a_loop() {
     // A linked file, as a mounted ConfigMap holds them, and a link back up.
     std::os::unix::fs::symlink(real.join("d.yaml"), config.join("d.yaml")).expect("a link");
     std::os::unix::fs::symlink(&config, config.join("loop")).expect("a link");
+    // A broken link is skipped unless it is named as a configuration file.
+    std::os::unix::fs::symlink(scratch.0.join("gone"), config.join("notes.txt")).expect("a link");
     let loaded = Config::load_dir(&config).expect("valid");
     let names: Vec<_> = loaded.domains().map(|d| d.name()).collect();
     assert_eq!(names, ["d"]);
+
+    std::os::unix::fs::symlink(scratch.0.join("gone"), config.join("e.yaml")).expect("a link");
+    let error = Config::load_dir(&config).expect_err("a broken configuration file");
+    assert!(matches!(error, ConfigError::Read { .. }), "{error:?}");
 }

@@ -166,3 +166,11 @@ fn domains_continue_apart() {
     };
     assert!(policy.predecessor().is_none());
 }
+
+#[test]
+fn a_configuration_is_shared_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Config>();
+    assert_send_sync::<runlimit_server::config::Domain>();
+    assert_send_sync::<runlimit_server::config::ConfigError>();
+}

@@ -435,7 +435,7 @@ fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Value, S
 }
 
 /// YAML 1.1's resolution of a plain scalar, as the reference's reader does it.
-pub(crate) fn resolve_plain(text: &str) -> Value {
+fn resolve_plain(text: &str) -> Value {
     match text {
         "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
         "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
