@@ -3,8 +3,9 @@
 //! `runlimit-memory` implements [`runlimit_core::Limiter`] in process memory:
 //! [`MemoryStore`] for anchored fixed windows ([`FixedWindowPolicy`]),
 //! [`SlidingWindowStore`] for sliding windows ([`SlidingWindowPolicy`]) and
-//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]), all
-//! three on one sharded table. Use it
+//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]), each
+//! on one sharded table, and [`AnyStore`] for all three at once
+//! ([`AnyPolicy`](runlimit_core::AnyPolicy) checks). Use it
 //! for single-process services, tests, and as the coarse first-line gate in
 //! front of a shared backend such as `runlimit-postgres`; it enforces a
 //! per-process quota, not a fleet-wide one.
@@ -143,6 +144,18 @@
 //! [`Limiter`](runlimit_core::Limiter) implementation runs them when its future
 //! is first polled; from a concrete store, call it as
 //! `Limiter::check(&store, &check).await`.
+//!
+//! # Changing policies and rotating secrets
+//!
+//! A check whose policy [continues](runlimit_core::FixedWindowPolicy::continuing)
+//! from another, or whose key carries a previous secret's, starts a counter
+//! that holds no live state from its sources' (see [`runlimit_core::carry`]
+//! for the translation and the bound). The sources are read under their
+//! entries' locks before the counter's shard is locked, and the carried
+//! state is stored on that first check, allowed or denied, so it drains from
+//! then on; a reset forgets the sources too. A counter with live state takes
+//! the path it always takes. A store keeps its own algorithm's states only:
+//! a change of algorithm carries in an [`AnyStore`], which keeps all three.
 //!
 //! # Maintenance
 //!
