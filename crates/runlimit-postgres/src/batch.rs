@@ -83,24 +83,34 @@ pub(crate) const MAX_CHECKS: usize = 8;
 /// admitted check (its position, count, window expiry and clock sample) when
 /// the update admitted the whole batch; otherwise also one row whose last
 /// column holds the settled batch, flat (see [`replies`]).
-pub(crate) fn statement(checks: usize) -> &'static str {
-    &statements()[checks].0
+///
+/// A batch naming a counter that carries (`carrying`) is settled by
+/// `runlimit_settle_live_fixed_windows` instead, which replies outcome 3
+/// ("carry needed", nothing changed) for every check when a carrying
+/// counter has no live window; its statement takes one more parameter,
+/// last: whether each check carries, as a `boolean[]`.
+pub(crate) fn statement(checks: usize, carrying: bool) -> &'static str {
+    &statements()[checks][usize::from(carrying)].0
 }
 
 /// The statement that sends a batch of `checks` checks to the settling
 /// function directly: the parameters of [`statement`], and one row like
 /// its settled row.
-pub(crate) fn settle_statement(checks: usize) -> &'static str {
-    &statements()[checks].1
+pub(crate) fn settle_statement(checks: usize, carrying: bool) -> &'static str {
+    &statements()[checks][usize::from(carrying)].1
 }
 
-/// Both statements for every size, written once.
-fn statements() -> &'static [(String, String)] {
-    static STATEMENTS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    STATEMENTS.get_or_init(|| (0..=MAX_CHECKS).map(write_statements).collect())
+/// Both statements for every size, without and with carries, written once.
+fn statements() -> &'static [[(String, String); 2]] {
+    static STATEMENTS: OnceLock<Vec<[(String, String); 2]>> = OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        (0..=MAX_CHECKS)
+            .map(|n| [write_statements(n, false), write_statements(n, true)])
+            .collect()
+    })
 }
 
-fn write_statements(n: usize) -> (String, String) {
+fn write_statements(n: usize, carrying: bool) -> (String, String) {
     if n < 2 {
         return (String::new(), String::new());
     }
@@ -141,10 +151,18 @@ fn write_statements(n: usize) -> (String, String) {
             lock(i)
         );
     }
+    let (function, carries) = if carrying {
+        (
+            "runlimit_settle_live_fixed_windows",
+            format!(" ${}::boolean[],", 5 * n + 4),
+        )
+    } else {
+        ("runlimit_settle_fixed_windows", String::new())
+    };
     let settle = || {
         format!(
-            "runlimit_settle_fixed_windows(
-    ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],
+            "{function}(
+    ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],{carries}
     ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean)",
             keys = list(&key, "bytea"),
             locks = list(&lock, "bigint"),
@@ -233,14 +251,23 @@ mod tests {
     #[test]
     fn every_size_numbers_its_parameters_without_gaps() {
         for n in 2..=MAX_CHECKS {
-            let highest = 5 * n + 3;
-            for text in [statement(n), settle_statement(n)] {
-                for param in 1..=highest {
-                    assert!(text.contains(&format!("${param}::")), "${param} of {n}");
+            for carrying in [false, true] {
+                let highest = 5 * n + 3 + usize::from(carrying);
+                for text in [statement(n, carrying), settle_statement(n, carrying)] {
+                    for param in 1..=highest {
+                        assert!(text.contains(&format!("${param}::")), "${param} of {n}");
+                    }
+                    assert!(!text.contains(&format!("${}", highest + 1)), "{n}");
                 }
-                assert!(!text.contains(&format!("${}", highest + 1)), "{n}");
+                assert_eq!(
+                    statement(n, carrying)
+                        .matches("pg_advisory_xact_lock")
+                        .count(),
+                    n
+                );
             }
-            assert_eq!(statement(n).matches("pg_advisory_xact_lock").count(), n);
+            assert!(statement(n, true).contains("runlimit_settle_live_fixed_windows("));
+            assert!(!statement(n, false).contains("live"));
         }
     }
 }

@@ -224,9 +224,12 @@
 //! HMAC secret; readiness checks should verify the database a fail-closed path
 //! depends on.
 
+mod any;
 mod batch;
+mod carry;
 mod config;
 mod connections;
+mod counters;
 mod error;
 mod full_counters;
 mod limiter;

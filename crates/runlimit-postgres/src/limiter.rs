@@ -8,10 +8,11 @@ use std::{
 };
 
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    CleanupObservation, Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted,
-    Lifecycle, Limiter, Observer, Operation, Policy, Receipt, Refunded, Settle,
-    SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, AnyPolicy, Backend, BatchDecision,
+    CarriedFrom, CarryObservation, Check, CleanupObservation, CounterKey, Credits, Decision,
+    Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter, Observer, Operation,
+    Policy, PolicyLabel, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage,
+    SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     notify,
@@ -25,13 +26,15 @@ use sqlx::{
 };
 
 use crate::{
-    batch,
+    batch, carry,
+    carry::OUTCOME_CARRY,
     config::PostgresConfig,
     connections::{Connections, Held, TakeError},
+    counters,
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
     full_counters::FullCounters,
     migrate::migrate,
-    single::{CHECK_FIXED_WINDOW, EpochMicros},
+    single::{CHECK_FIXED_WINDOW, CHECK_LIVE_FIXED_WINDOW, EpochMicros},
 };
 
 mod sealed {
@@ -39,10 +42,12 @@ mod sealed {
     impl Sealed for runlimit_core::FixedWindowPolicy {}
     impl Sealed for runlimit_core::GcraPolicy {}
     impl Sealed for runlimit_core::SlidingWindowPolicy {}
+    impl Sealed for runlimit_core::AnyPolicy {}
 }
 
 /// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`],
-/// [`SlidingWindowPolicy`] and [`GcraPolicy`]. Sealed.
+/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`] (any of the
+/// three, chosen per check). Sealed.
 pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// The cleanup function for this policy's table.
     #[doc(hidden)]
@@ -52,9 +57,10 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     #[doc(hidden)]
     const ISSUER: &'static str;
 
-    /// Decides every check in one statement and returns one decision per
-    /// check, in input order, with what a receipt needs, having changed
-    /// nothing unless every check was allowed.
+    /// Decides every check in one statement (two when a counter carries
+    /// another's state; see the `carry` module) and returns one decision
+    /// per check, in input order, with what a receipt needs, having changed
+    /// nothing unless every check was allowed (but carried states).
     ///
     /// `full` remembers counters recent replies found full, for the policies
     /// whose batches it routes.
@@ -112,6 +118,16 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
 pub struct Decided {
     decision: Decision,
     stamp: Stamp,
+    /// What the check's counter carried its state from, when it did.
+    carried: Option<CarriedFrom>,
+}
+
+impl Decided {
+    /// The decision, recording that its counter carried a state from `from`.
+    pub(crate) fn carried(mut self, from: Option<CarriedFrom>) -> Self {
+        self.carried = from;
+        self
+    }
 }
 
 /// A quota shared by every replica connected to one PostgreSQL database.
@@ -317,9 +333,24 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             .run(async |connection| P::decide(connection, checks, &self.config, &self.full).await)
             .await?;
         if decided.len() == checks.len() {
+            self.report_carries(checks, &decided);
             Ok(decided)
         } else {
             Err(CheckError::UnexpectedReply)
+        }
+    }
+
+    /// Tells the observer of each counter that carried a state: its policy
+    /// and the kind of source, never the subject.
+    fn report_carries(&self, checks: &[Check<'_, P>], decided: &[Decided]) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        for (check, decided) in checks.iter().zip(decided) {
+            if let Some(from) = decided.carried {
+                let observation = CarryObservation::new(PolicyLabel::of(check), from);
+                notify(&**observer, |observer| observer.on_carry(&observation));
+            }
         }
     }
 
@@ -457,6 +488,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
                     P::grant(connection, check, up_to, &self.config, &self.full).await
                 })
                 .await?;
+            self.report_carries(std::slice::from_ref(check), std::slice::from_ref(&decided));
             if !decided.decision.is_allowed() {
                 return Ok(Granted::new(decided.decision, 0, None));
             }
@@ -638,10 +670,16 @@ macro_rules! limiter_for {
 limiter_for!(FixedWindowPolicy);
 limiter_for!(SlidingWindowPolicy);
 limiter_for!(GcraPolicy);
+limiter_for!(AnyPolicy);
+
+/// The advisory-lock id of one check's counter.
+pub(crate) fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
+    counter_lock_id(&check.counter_key())
+}
 
 /// The advisory-lock id of one counter key.
-fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
-    let key = check.counter_key().to_bytes();
+pub(crate) fn counter_lock_id(counter: &CounterKey) -> i64 {
+    let key = counter.to_bytes();
     let mut word = [0u8; 8];
     for (index, byte) in word.iter_mut().enumerate() {
         *byte = key[index] ^ key[32 + index];
@@ -651,14 +689,18 @@ fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
 
 /// The advisory-lock ids of a batch: derived from each counter key, sorted and
 /// deduplicated so every transaction locks in one global order.
-fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
-    let mut ids: Vec<i64> = checks.iter().map(lock_id).collect();
+pub(crate) fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
+    sorted_lock_ids(checks.iter().map(lock_id).collect())
+}
+
+/// `ids` sorted and deduplicated: the order every transaction locks in.
+pub(crate) fn sorted_lock_ids(mut ids: Vec<i64>) -> Vec<i64> {
     ids.sort_unstable();
     ids.dedup();
     ids
 }
 
-fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
+pub(crate) fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
     checks
         .iter()
         .map(|check| check.counter_key().to_bytes().to_vec())
@@ -668,7 +710,7 @@ fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
 /// The parameters every admission function takes last: the rows a capacity
 /// shard may hold, the lock timeout, and whether commits may skip the
 /// write-ahead-log flush.
-trait BindSettings {
+pub(crate) trait BindSettings {
     fn bind_settings(self, config: &PostgresConfig) -> Self;
 }
 
@@ -680,18 +722,18 @@ impl BindSettings for Query<'_, Postgres, PgArguments> {
     }
 }
 
-fn as_i64(value: u64) -> i64 {
+pub(crate) fn as_i64(value: u64) -> i64 {
     // Every value passed is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn as_u64(value: i64) -> u64 {
+pub(crate) fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
 /// A stamp word as the signed integer PostgreSQL stores (and back): the
 /// bit pattern is kept, so every value round-trips.
-fn word_to_i64(word: u64) -> i64 {
+pub(crate) fn word_to_i64(word: u64) -> i64 {
     i64::from_ne_bytes(word.to_ne_bytes())
 }
 
@@ -707,7 +749,7 @@ fn capacity_decision() -> Decision {
     Decision::denied(Denial::StorageCapacity { retry_after: None })
 }
 
-fn micros_between(later: i64, earlier: i64) -> Duration {
+pub(crate) fn micros_between(later: i64, earlier: i64) -> Duration {
     Duration::from_micros(as_u64(later.saturating_sub(earlier)))
 }
 
@@ -725,21 +767,36 @@ impl PgPolicy for FixedWindowPolicy {
         let window_us =
             |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
         let cost = |check: &Check<'_, Self>| as_i64(check.cost());
+        // A counter that may carry another's state takes the same statements
+        // with fallbacks that reply "carry needed" rather than start it
+        // fresh (see the `carry` module).
+        let carrying = checks.iter().any(Check::carries);
+        if carrying && checks.len() > batch::MAX_CHECKS {
+            return counters::decide(connection, checks, config, full).await;
+        }
         // Each check's outcome, count, window expiry and clock sample.
         let rows: Vec<(i16, i64, i64, i64)> = if let [check] = checks {
             // One check: a statement that admits it by updating its row in
             // place, or else calls the function of one row.
-            let row = sqlx::query(CHECK_FIXED_WINDOW)
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(limit(check))
-                .bind(window_us(check))
-                .bind(cost(check))
-                .bind_settings(config)
-                .fetch_one(connection)
-                .await?;
+            let row = sqlx::query(if carrying {
+                CHECK_LIVE_FIXED_WINDOW
+            } else {
+                CHECK_FIXED_WINDOW
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(limit(check))
+            .bind(window_us(check))
+            .bind(cost(check))
+            .bind_settings(config)
+            .fetch_one(&mut *connection)
+            .await?;
+            let outcome: i16 = row.try_get(0)?;
+            if outcome == OUTCOME_CARRY {
+                return counters::decide(connection, checks, config, full).await;
+            }
             let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
-            vec![(row.try_get(0)?, row.try_get(1)?, expires_us, now_us)]
+            vec![(outcome, row.try_get(1)?, expires_us, now_us)]
         } else if checks.len() <= batch::MAX_CHECKS {
             // A small batch: a statement that admits it by updating its rows
             // in place, or else settles it; a batch naming a counter found
@@ -748,9 +805,9 @@ impl PgPolicy for FixedWindowPolicy {
             // statement's take-back relies on.
             let mut locks: Vec<i64> = checks.iter().map(lock_id).collect();
             let statement = if full.any(locks.iter().copied()) {
-                batch::settle_statement(checks.len())
+                batch::settle_statement(checks.len(), carrying)
             } else {
-                batch::statement(checks.len())
+                batch::statement(checks.len(), carrying)
             };
             locks.sort_unstable();
             let mut query = sqlx::query(statement);
@@ -769,8 +826,15 @@ impl PgPolicy for FixedWindowPolicy {
             for value in locks {
                 query = query.bind(value);
             }
-            let rows = query.bind_settings(config).fetch_all(connection).await?;
-            batch::replies(&rows, checks.len())?
+            query = query.bind_settings(config);
+            if carrying {
+                query = query.bind(checks.iter().map(Check::carries).collect::<Vec<_>>());
+            }
+            let rows = batch::replies(&query.fetch_all(&mut *connection).await?, checks.len())?;
+            if rows.iter().any(|row| row.0 == OUTCOME_CARRY) {
+                return counters::decide(connection, checks, config, full).await;
+            }
+            rows
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -802,6 +866,9 @@ impl PgPolicy for FixedWindowPolicy {
         config: &PostgresConfig,
         full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let row = sqlx::query(
             "SELECT r_granted, r_outcome, r_used, r_expires_us, r_now_us \
@@ -865,6 +932,9 @@ impl PgPolicy for FixedWindowPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let row = sqlx::query(
             "SELECT w.used, (EXTRACT(EPOCH FROM w.window_expires_at) * 1000000)::bigint, \
              (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
@@ -892,6 +962,9 @@ impl PgPolicy for FixedWindowPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_fixed_windows($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -904,7 +977,7 @@ impl PgPolicy for FixedWindowPolicy {
 
 /// A fixed-window check's decision from its outcome, count, window expiry
 /// and clock sample, recording a quota denial in `full`.
-fn fixed_window_decided(
+pub(crate) fn fixed_window_decided(
     check: &Check<'_, FixedWindowPolicy>,
     (outcome, used, expires_us, now_us): (i16, i64, i64, i64),
     full: &FullCounters,
@@ -930,7 +1003,11 @@ fn fixed_window_decided(
     };
     // The window the admission counts in, and the count it left.
     let stamp = Stamp::new([i64_to_word(expires_us), as_u64(used), 0]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 impl PgPolicy for GcraPolicy {
@@ -941,7 +1018,7 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<GcraMicros> = checks
             .iter()
@@ -950,14 +1027,21 @@ impl PgPolicy for GcraPolicy {
         let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
+        // A counter that may carry another's state: the single check's
+        // function for live counters, which replies "carry needed" for the
+        // others; batches go to the function of every algorithm.
+        let carrying = checks.iter().any(Check::carries);
         let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
             vec![
-                sqlx::query(
+                sqlx::query(if carrying {
                     "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
-                     FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
+                     FROM runlimit_check_live_gcra_counter($1, $3, $4, $5, $6, $7, $9, $10)"
+                } else {
+                    "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+                     FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                })
                 .bind(check.counter_key().to_bytes().to_vec())
                 .bind(lock_id(check))
                 .bind(as_i64(one.quota))
@@ -966,9 +1050,11 @@ impl PgPolicy for GcraPolicy {
                 .bind(as_i64(one.tolerance.whole))
                 .bind(as_i64(one.tolerance.remainder))
                 .bind_settings(config)
-                .fetch_one(connection)
+                .fetch_one(&mut *connection)
                 .await?,
             ]
+        } else if carrying {
+            return counters::decide(connection, checks, config, full).await;
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
@@ -982,14 +1068,17 @@ impl PgPolicy for GcraPolicy {
             .bind(column(|check| check.tolerance.whole))
             .bind(column(|check| check.tolerance.remainder))
             .bind_settings(config)
-            .fetch_all(connection)
+            .fetch_all(&mut *connection)
             .await?
         };
+        if carry::needed(&rows)? {
+            return counters::decide(connection, checks, config, full).await;
+        }
         checks
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| gcra_decided(check, exact, &row, 0))
+            .map(|((check, row), exact)| gcra_decided(check, exact, &GcraReply::read(&row, 0)?))
             .collect()
     }
 
@@ -998,8 +1087,11 @@ impl PgPolicy for GcraPolicy {
         check: &Check<'_, Self>,
         up_to: u64,
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let exact = GcraMicros::new(policy, check.cost());
         let row = sqlx::query(
@@ -1020,7 +1112,10 @@ impl PgPolicy for GcraPolicy {
         let granted = as_u64(row.try_get(0)?);
         // The decision does not depend on the cost decided: the arrival time
         // the statement reports already holds it.
-        Ok((granted, gcra_decided(check, &exact, &row, 1)?))
+        Ok((
+            granted,
+            gcra_decided(check, &exact, &GcraReply::read(&row, 1)?)?,
+        ))
     }
 
     async fn refund(
@@ -1068,6 +1163,9 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let row = sqlx::query(
             "SELECT g.tat_us, g.tat_rem, \
              (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
@@ -1096,6 +1194,9 @@ impl PgPolicy for GcraPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_gcra($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -1106,23 +1207,45 @@ impl PgPolicy for GcraPolicy {
     }
 }
 
-/// A GCRA check's decision from the reply's columns starting at `first`:
-/// outcome, how far ahead of now the arrival time lies, the clock sample and
-/// the row's version.
-fn gcra_decided(
+/// What a GCRA function replies for one check: outcome, how far ahead of
+/// now the arrival time lies, the clock sample and the row's version.
+pub(crate) struct GcraReply {
+    pub(crate) outcome: i16,
+    pub(crate) ahead_us: i64,
+    pub(crate) ahead_rem: i64,
+    pub(crate) now_us: i64,
+    pub(crate) version: i64,
+}
+
+impl GcraReply {
+    /// The reply in `row`'s columns starting at `first`.
+    fn read(row: &PgRow, first: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            outcome: row.try_get(first)?,
+            ahead_us: row.try_get(first + 1)?,
+            ahead_rem: row.try_get(first + 2)?,
+            now_us: row.try_get(first + 3)?,
+            version: row.try_get(first + 4)?,
+        })
+    }
+}
+
+/// A GCRA check's decision from its reply.
+pub(crate) fn gcra_decided(
     check: &Check<'_, GcraPolicy>,
     exact: &GcraMicros,
-    row: &PgRow,
-    first: usize,
+    &GcraReply {
+        outcome,
+        ahead_us,
+        ahead_rem,
+        now_us,
+        version,
+    }: &GcraReply,
 ) -> Result<Decided, sqlx::Error> {
-    let outcome: i16 = row.try_get(first)?;
-    let ahead_us: i64 = row.try_get(first + 1)?;
     let ahead = ExactMicros {
         whole: as_u64(ahead_us),
-        remainder: as_u64(row.try_get(first + 2)?),
+        remainder: as_u64(ahead_rem),
     };
-    let now_us: i64 = row.try_get(first + 3)?;
-    let version: i64 = row.try_get(first + 4)?;
     let decision = match outcome {
         OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
         _ => capacity_decision(),
@@ -1133,7 +1256,11 @@ fn gcra_decided(
         ahead.remainder,
         i64_to_word(version),
     ]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 impl PgPolicy for SlidingWindowPolicy {
@@ -1147,7 +1274,7 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<SlidingMicros> = checks
             .iter()
@@ -1159,6 +1286,10 @@ impl PgPolicy for SlidingWindowPolicy {
             .collect();
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        // A counter that may carry another's state: the single check's
+        // function for live counters, which replies "carry needed" for the
+        // others; batches go to the function of every algorithm.
+        let carrying = checks.iter().any(Check::carries);
         let rows = if let ([check], [limit], [sub_window], [cost]) = (
             checks,
             limits.as_slice(),
@@ -1168,19 +1299,24 @@ impl PgPolicy for SlidingWindowPolicy {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
             vec![
-                sqlx::query(
+                sqlx::query(if carrying {
                     "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
-                     FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
+                     FROM runlimit_check_live_sliding_window($1, $3, $4, $5, $7, $8)"
+                } else {
+                    "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+                     FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)"
+                })
                 .bind(check.counter_key().to_bytes().to_vec())
                 .bind(lock_id(check))
                 .bind(*limit)
                 .bind(*sub_window)
                 .bind(*cost)
                 .bind_settings(config)
-                .fetch_one(connection)
+                .fetch_one(&mut *connection)
                 .await?,
             ]
+        } else if carrying {
+            return counters::decide(connection, checks, config, full).await;
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
@@ -1192,14 +1328,19 @@ impl PgPolicy for SlidingWindowPolicy {
             .bind(sub_windows)
             .bind(costs)
             .bind_settings(config)
-            .fetch_all(connection)
+            .fetch_all(&mut *connection)
             .await?
         };
+        if carry::needed(&rows)? {
+            return counters::decide(connection, checks, config, full).await;
+        }
         checks
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| sliding_window_decided(check, exact, &row, 0))
+            .map(|((check, row), exact)| {
+                sliding_window_decided(check, exact, &SlidingReply::read(&row, 0)?)
+            })
             .collect()
     }
 
@@ -1208,8 +1349,11 @@ impl PgPolicy for SlidingWindowPolicy {
         check: &Check<'_, Self>,
         up_to: u64,
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let exact = SlidingMicros::new(policy);
         let row = sqlx::query(
@@ -1231,7 +1375,7 @@ impl PgPolicy for SlidingWindowPolicy {
             .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
         Ok((
             granted,
-            sliding_window_decided(&decided_as, &exact, &row, 1)?,
+            sliding_window_decided(&decided_as, &exact, &SlidingReply::read(&row, 1)?)?,
         ))
     }
 
@@ -1274,6 +1418,9 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let exact = SlidingMicros::new(check.policy());
         let row = sqlx::query(
             "SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, \
@@ -1303,6 +1450,9 @@ impl PgPolicy for SlidingWindowPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_sliding_windows($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -1313,23 +1463,40 @@ impl PgPolicy for SlidingWindowPolicy {
     }
 }
 
-/// A sliding-window check's decision from the reply's columns starting at
-/// `first`: outcome, the eighth and counts it was judged against, the clock
-/// sample and the row's version.
-fn sliding_window_decided(
+/// What a sliding-window function replies for one check: outcome, the
+/// eighth and counts it was judged against, the clock sample and the row's
+/// version.
+pub(crate) struct SlidingReply {
+    pub(crate) outcome: i16,
+    pub(crate) latest: i64,
+    pub(crate) counts: Vec<i64>,
+    pub(crate) now_us: i64,
+    pub(crate) version: i64,
+}
+
+impl SlidingReply {
+    /// The reply in `row`'s columns starting at `first`.
+    fn read(row: &PgRow, first: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            outcome: row.try_get(first)?,
+            latest: row.try_get(first + 1)?,
+            counts: row.try_get(first + 2)?,
+            now_us: row.try_get(first + 3)?,
+            version: row.try_get(first + 4)?,
+        })
+    }
+}
+
+/// A sliding-window check's decision from its reply.
+pub(crate) fn sliding_window_decided(
     check: &Check<'_, SlidingWindowPolicy>,
     exact: &SlidingMicros,
-    row: &PgRow,
-    first: usize,
+    reply: &SlidingReply,
 ) -> Result<Decided, sqlx::Error> {
-    let outcome: i16 = row.try_get(first)?;
-    let judged = buckets(
-        exact,
-        row.try_get(first + 1)?,
-        &row.try_get::<Vec<i64>, _>(first + 2)?,
-    )?;
-    let now_us = as_u64(row.try_get(first + 3)?);
-    let version: i64 = row.try_get(first + 4)?;
+    let outcome = reply.outcome;
+    let judged = buckets(exact, reply.latest, &reply.counts)?;
+    let now_us = as_u64(reply.now_us);
+    let version = reply.version;
     let policy = check.policy();
     let decision = match (outcome, exact.admit(Some(judged), check.cost(), now_us)) {
         (OUTCOME_ALLOWED, SlidingOutcome::Allowed { decision, .. }) => decision,
@@ -1350,7 +1517,11 @@ fn sliding_window_decided(
         i64_to_word(version),
         0,
     ]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 fn malformed() -> sqlx::Error {

@@ -46,21 +46,12 @@
 //! the fallback function resolve through the caller's `search_path`, as the
 //! function name always did.
 
-/// Parameters: `$1` counter key, `$2` advisory-lock id, `$3` limit, `$4`
-/// window in microseconds, `$5` cost, `$6` rows per capacity shard, `$7` lock
-/// timeout in milliseconds, `$8` relaxed durability. One row: outcome, used,
-/// window expiry and the clock sample, the last two as `timestamptz` (read
-/// with [`EpochMicros`]: sent as integers, without the numeric arithmetic an
-/// `EXTRACT` costs).
-///
-/// A check's cost is at least one and at most the limit (enforced when the
-/// check is built), so the sum in the condition stays far from overflow. The
-/// fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
-/// composite result is computed once and then taken apart. The update
-/// returns the count as a plain `bigint` (the column's type is a domain over
-/// it), so the admitted branch has the union's column types
-/// and PostgreSQL scans it without a projection node of its own.
-pub(crate) const CHECK_FIXED_WINDOW: &str = "\
+// The in-place statement with `$fallback` deciding what the update leaves;
+// its text is written once for every fallback.
+macro_rules! in_place_check {
+    ($fallback:literal) => {
+        concat!(
+            "\
 WITH admitted AS (
     UPDATE runlimit_fixed_windows AS w
     SET used = w.used + $5::bigint
@@ -80,10 +71,42 @@ SELECT
     'epoch'::timestamptz + (s.f).r_expires_us * interval '1 microsecond',
     'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'
 FROM (
-    SELECT runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8) AS f
+    SELECT ",
+            $fallback,
+            " AS f
     WHERE NOT EXISTS (SELECT FROM admitted)
     OFFSET 0
-) AS s";
+) AS s"
+        )
+    };
+}
+
+/// Parameters: `$1` counter key, `$2` advisory-lock id, `$3` limit, `$4`
+/// window in microseconds, `$5` cost, `$6` rows per capacity shard, `$7` lock
+/// timeout in milliseconds, `$8` relaxed durability. One row: outcome, used,
+/// window expiry and the clock sample, the last two as `timestamptz` (read
+/// with [`EpochMicros`]: sent as integers, without the numeric arithmetic an
+/// `EXTRACT` costs).
+///
+/// A check's cost is at least one and at most the limit (enforced when the
+/// check is built), so the sum in the condition stays far from overflow. The
+/// fallback's call sits in a sub-select kept apart by `OFFSET 0`, so its
+/// composite result is computed once and then taken apart. The update
+/// returns the count as a plain `bigint` (the column's type is a domain over
+/// it), so the admitted branch has the union's column types
+/// and PostgreSQL scans it without a projection node of its own.
+pub(crate) const CHECK_FIXED_WINDOW: &str =
+    in_place_check!("runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)");
+
+/// The statement of [`CHECK_FIXED_WINDOW`]'s shape for a check whose
+/// counter carries (see the `carry` module): the same update, and for
+/// anything else `runlimit_check_live_fixed_window`, which decides a check
+/// of a live window as `runlimit_check_fixed_window` does and replies
+/// outcome 3 ("carry needed", nothing written) for a counter without one.
+/// The same parameters; the fallback reads the key, limit, cost, lock
+/// timeout and durability.
+pub(crate) const CHECK_LIVE_FIXED_WINDOW: &str =
+    in_place_check!("runlimit_check_live_fixed_window($1, $3, $5, $7, $8)");
 
 /// Microseconds since the Unix epoch, read exactly from a `timestamptz`
 /// column, which PostgreSQL's binary format sends as microseconds since

@@ -3,12 +3,13 @@
 mod common;
 
 use runlimit_conformance::{
-    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
-    fixed_window_suite, gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
-    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
-    sliding_window_suite,
+    any_policy_carry_suite, fixed_window_carry_suite, fixed_window_grant_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
+    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
+    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
-use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
+use runlimit_core::{AnyPolicy, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 
 #[tokio::test]
@@ -53,4 +54,28 @@ async fn sliding_windows_pass_the_conformance_suite() {
     sliding_window_lifecycle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     sliding_window_settle_suite(&limiter, &common::ShiftTime { schema: &schema }).await;
     sliding_window_grant_suite(&limiter).await;
+}
+
+#[tokio::test]
+async fn every_algorithm_carries_state_across_a_change() {
+    let Some(schema) = common::schema("conf_carry").await else {
+        return;
+    };
+    let limiter =
+        PostgresLimiter::<FixedWindowPolicy>::new(schema.pool(4).await, PostgresConfig::default());
+    limiter.migrate().await.expect("migrate");
+    fixed_window_carry_suite(&limiter).await;
+    sliding_window_carry_suite(&limiter.for_policy::<SlidingWindowPolicy>()).await;
+    gcra_carry_suite(&limiter.for_policy::<GcraPolicy>()).await;
+}
+
+#[tokio::test]
+async fn any_policy_limiters_carry_between_every_pair_of_algorithms() {
+    let Some(schema) = common::schema("conf_carry_any").await else {
+        return;
+    };
+    let limiter =
+        PostgresLimiter::<AnyPolicy>::new(schema.pool(4).await, PostgresConfig::default());
+    limiter.migrate().await.expect("migrate");
+    any_policy_carry_suite(&limiter).await;
 }
