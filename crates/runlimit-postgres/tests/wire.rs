@@ -15,8 +15,8 @@ use std::{
 };
 
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId, Settle,
-    SlidingWindowPolicy,
+    AnyPolicy, Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId,
+    Settle, SlidingWindowPolicy,
 };
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{
@@ -340,4 +340,110 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
     let sent = proxy.take();
     let syncs = sent.iter().filter(|&&kind| kind == b'S').count();
     assert!(syncs > 3, "three checks on a shared pool sent {sent:?}");
+}
+
+#[tokio::test]
+async fn a_carried_subject_pays_one_extra_round_trip_once() {
+    let Some(schema) = common::schema("wire_carry").await else {
+        return;
+    };
+    drop(schema.migrated_pool(1).await);
+    let upstream = {
+        let options = PgConnectOptions::from_str(&database_url()).expect("url");
+        tokio::net::lookup_host((options.get_host(), options.get_port()))
+            .await
+            .expect("resolve")
+            .next()
+            .expect("an address")
+    };
+    let proxy = WireProxy::start(upstream).await;
+    let pool = pool_through(runlimit_postgres::pool_options(), &proxy, &schema.name).await;
+    let fixed =
+        PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+    let gcra: PostgresLimiter<GcraPolicy> = fixed.for_policy();
+    let sliding: PostgresLimiter<SlidingWindowPolicy> = fixed.for_policy();
+    let any: PostgresLimiter<AnyPolicy> = fixed.for_policy();
+    // Each new policy continues from an old one with a lower limit.
+    let windows = [0, 1].map(|n| {
+        let old = policy(&format!("wire.carry{n}"), 1_000, Duration::from_secs(60));
+        policy(&format!("wire.carry{n}"), 1_001, Duration::from_secs(60))
+            .continuing(&old)
+            .expect("lineage")
+    });
+    let old_gcra = gcra_policy();
+    let rates = [1, 2].map(|quota| {
+        GcraPolicy::new(
+            PolicyId::new("gcra").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            quota,
+            Duration::from_secs(quota),
+            6,
+        )
+        .expect("valid")
+        .continuing(&old_gcra)
+        .expect("lineage")
+    });
+    let sliding_policy = {
+        let old = sliding_window("wire.carry.sliding", 1_000);
+        sliding_window("wire.carry.sliding", 1_001)
+            .continuing(&old)
+            .expect("lineage")
+    };
+    let mixed: [AnyPolicy; 2] = [windows[0].clone().into(), rates[0].clone().into()];
+    let mixed = [
+        Check::new(&mixed[0], key(6, 1)),
+        Check::new(&mixed[1], key(6, 1)),
+    ];
+    // Each round: a subject's first check pays one extra round trip (the
+    // carrying statement), its next check none. Round 0 prepares the
+    // statements.
+    for round in 0..=3 {
+        let expect_sent = |name: &str, expected: &[u8]| {
+            let sent = proxy.take();
+            if round > 0 {
+                assert_eq!(sent, expected, "{name}, round {round}");
+            }
+        };
+        let check = Check::new(&windows[0], key(1, round));
+        fixed.check(&check).await.expect("check");
+        expect_sent("first fixed-window check", b"BECSBECS");
+        fixed.check(&check).await.expect("check");
+        expect_sent("next fixed-window check", ONE_ROUND_TRIP);
+        let batch = windows
+            .each_ref()
+            .map(|policy| Check::new(policy, key(2, round)));
+        fixed.check_all(&batch).await.expect("batch");
+        expect_sent("first fixed-window batch", b"BECSBECS");
+        fixed.check_all(&batch).await.expect("batch");
+        expect_sent("next fixed-window batch", ONE_ROUND_TRIP);
+        let check = Check::new(&rates[0], key(3, round));
+        gcra.check(&check).await.expect("check");
+        expect_sent("first GCRA check", b"BECSBECS");
+        gcra.check(&check).await.expect("check");
+        expect_sent("next GCRA check", ONE_ROUND_TRIP);
+        let check = Check::new(&sliding_policy, key(4, round));
+        sliding.check(&check).await.expect("check");
+        expect_sent("first sliding-window check", b"BECSBECS");
+        sliding.check(&check).await.expect("check");
+        expect_sent("next sliding-window check", ONE_ROUND_TRIP);
+        // Batches the general functions decide send their sources at once.
+        let batch = rates
+            .each_ref()
+            .map(|policy| Check::new(policy, key(5, round)));
+        gcra.check_all(&batch).await.expect("batch");
+        expect_sent("first GCRA batch", ONE_ROUND_TRIP);
+        let mixed = mixed.map(|check| Check::new(check.policy(), key(6, round)));
+        any.check_all(&mixed).await.expect("batch");
+        expect_sent("first mixed batch", ONE_ROUND_TRIP);
+    }
+}
+
+fn sliding_window(name: &str, limit: u64) -> SlidingWindowPolicy {
+    SlidingWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        Duration::from_secs(60),
+    )
+    .expect("valid")
 }
