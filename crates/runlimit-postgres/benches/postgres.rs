@@ -11,7 +11,10 @@
 //! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
 //! with the functions single checks were sent as before; `-- batch` compares
 //! batches of two through the limiter (one `UPDATE`) with the general
-//! function batches were sent as before. With `BENCH_CPU=1`
+//! function batches were sent as before; `-- carry` alternates single checks
+//! and batches of two of subjects whose counters carried their predecessor's
+//! state with the same of a policy without a predecessor, over rounds, and
+//! reports the median ratios. With `BENCH_CPU=1`
 //! (Linux, the database on this machine) every cell also prints the CPU
 //! time per operation of the PostgreSQL processes and of this process. It
 //! repeats better than throughput on a shared VM, but counts PostgreSQL's
@@ -74,6 +77,11 @@ enum Workload {
     CheckAndRefund,
     /// A sliding-window check of the same limit and window.
     SlidingCheck,
+    /// A check of a policy continuing from the first policy, whose counter
+    /// carried the subject's state: what a carried subject's check costs.
+    CarriedCheck,
+    /// A batch of two such checks.
+    CarriedBatchOfTwo,
 }
 
 /// The limiters and policies the workloads run.
@@ -84,6 +92,8 @@ struct Subjects {
     /// A policy of one unit a day, spent on every key before measuring.
     exhausted: FixedWindowPolicy,
     sliding_policy: SlidingWindowPolicy,
+    /// Policies continuing from `policies`, each a unit short of them.
+    carried: [FixedWindowPolicy; 2],
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -272,6 +282,21 @@ async fn run(
                             let batch = limiter.check_all(&checks).await.expect("batch");
                             assert!(batch.is_allowed());
                         }
+                        Workload::CarriedCheck => {
+                            let decision = limiter
+                                .check(&Check::new(&subjects.carried[0], subject(key)))
+                                .await
+                                .expect("check");
+                            assert!(decision.is_allowed());
+                        }
+                        Workload::CarriedBatchOfTwo => {
+                            let checks = subjects
+                                .carried
+                                .each_ref()
+                                .map(|policy| Check::new(policy, subject(key)));
+                            let batch = limiter.check_all(&checks).await.expect("batch");
+                            assert!(batch.is_allowed());
+                        }
                     }
                     latencies.push(started.elapsed());
                 }
@@ -334,19 +359,25 @@ async fn main() {
         .expect("valid");
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), config);
     limiter.migrate().await.expect("migrate");
-    let policy = |scope: &str| {
+    let policy = |scope: &str, limit: u64| {
         FixedWindowPolicy::new(
             PolicyId::new("bench").expect("valid"),
             ScopeId::new(scope).expect("valid"),
-            MAX_LIMIT,
+            limit,
             MAX_WINDOW,
         )
         .expect("valid")
     };
+    let carried = |scope: &str| {
+        policy(scope, MAX_LIMIT - 1)
+            .continuing(&policy(scope, MAX_LIMIT))
+            .expect("a lineage")
+    };
     let subjects = Arc::new(Subjects {
         sliding: limiter.for_policy(),
         fixed: limiter,
-        policies: [policy("client"), policy("identity")],
+        policies: [policy("client", MAX_LIMIT), policy("identity", MAX_LIMIT)],
+        carried: [carried("client"), carried("identity")],
         exhausted: FixedWindowPolicy::new(
             PolicyId::new("bench").expect("valid"),
             ScopeId::new("exhausted").expect("valid"),
@@ -398,7 +429,34 @@ async fn main() {
     ] {
         run(workload, 32, seconds, &pool, &subjects).await;
     }
-    if std::env::args().any(|arg| arg == "sliding") {
+    let carry = std::env::args().any(|arg| arg == "carry");
+    if carry {
+        // Carry every subject's counters before measuring, so every carried
+        // check is of a subject carried already.
+        let carried: Vec<_> = (0..32u64)
+            .map(|task| {
+                let subjects = Arc::clone(&subjects);
+                tokio::spawn(async move {
+                    for key in (task..KEYS).step_by(32) {
+                        let checks = subjects
+                            .carried
+                            .each_ref()
+                            .map(|policy| Check::new(policy, subject(key)));
+                        subjects.fixed.check_all(&checks).await.expect("carry");
+                    }
+                })
+            })
+            .collect();
+        for task in carried {
+            task.await.expect("task");
+        }
+        for workload in [Workload::CarriedCheck, Workload::CarriedBatchOfTwo] {
+            run(workload, 32, seconds, &pool, &subjects).await;
+        }
+    }
+    if carry {
+        carried_against_plain(seconds, &pool, &subjects).await;
+    } else if std::env::args().any(|arg| arg == "sliding") {
         sliding_against_fixed(seconds, &pool, &subjects).await;
     } else if std::env::args().any(|arg| arg == "batch") {
         rotate_against_floor(
@@ -486,6 +544,46 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
         "median over 5 rounds at 32 tasks: sliding / fixed window {:.0}%",
         100.0 * ratios[2]
     );
+}
+
+/// Checks and batches of two of carried subjects at 32 tasks against the
+/// same of a policy without a predecessor, alternating which goes first,
+/// with the median ratio over the rounds.
+async fn carried_against_plain(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
+    const ROUNDS: usize = 6;
+    let pairs = [
+        ("check", Workload::Check, Workload::CarriedCheck),
+        (
+            "batch of two",
+            Workload::BatchOfTwo,
+            Workload::CarriedBatchOfTwo,
+        ),
+    ];
+    let mut ratios = vec![Vec::new(); pairs.len()];
+    for round in 1..=ROUNDS {
+        for ((name, plain, carried), ratios) in pairs.iter().zip(&mut ratios) {
+            let (plain, carried) = if round % 2 == 0 {
+                let (carried, ..) = run(*carried, 32, seconds, pool, subjects).await;
+                (run(*plain, 32, seconds, pool, subjects).await.0, carried)
+            } else {
+                let (plain, ..) = run(*plain, 32, seconds, pool, subjects).await;
+                (plain, run(*carried, 32, seconds, pool, subjects).await.0)
+            };
+            ratios.push(carried / plain);
+            println!(
+                "round {round}: {name}: no lineage {plain:.0}/s, carried {carried:.0}/s, {:.1}%",
+                100.0 * carried / plain
+            );
+        }
+    }
+    for ((name, ..), values) in pairs.iter().zip(&mut ratios) {
+        values.sort_by(f64::total_cmp);
+        let median = (values[ROUNDS / 2 - 1] + values[ROUNDS / 2]) / 2.0;
+        println!(
+            "median over {ROUNDS} rounds at 32 tasks, {name}: carried / no lineage {:.1}%",
+            100.0 * median
+        );
+    }
 }
 
 /// Single checks of existing rows at 32 tasks: through the limiter (one

@@ -8,8 +8,11 @@
 //! `runlimit-memory`'s `MemoryStore`, `SlidingWindowStore` and `GcraStore`,
 //! proven by the same conformance suite. The functions of the three share one
 //! prologue (settings, advisory locks in order, the clock), the capacity rule,
-//! cleanup and reset.
+//! cleanup and reset. [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) checks
+//! policies of all three algorithms, chosen per check (see
+//! [Every algorithm in one limiter](#every-algorithm-in-one-limiter)).
 //!
+//! [`AnyPolicy`]: runlimit_core::AnyPolicy
 //! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
 //! [`GcraPolicy`]: runlimit_core::GcraPolicy
 //! [`SlidingWindowPolicy`]: runlimit_core::SlidingWindowPolicy
@@ -86,6 +89,58 @@
 //! function directly, so repeated denials write nothing; the limiter
 //! remembers such counters in a fixed table of 1,024 slots, which only
 //! chooses the statement, never the decision.
+//!
+//! # Changing policies and rotating secrets
+//!
+//! A policy built `continuing` from the policy it replaces, and a
+//! [`KeyHasher`](runlimit_core::KeyHasher) keeping the previous secret, carry
+//! a subject's state into the new counter the first time the subject is
+//! checked (see [`runlimit_core::carry`] for the translation and its bound),
+//! on PostgreSQL as in memory: an attacker at the limit before a deploy or a
+//! rotation is still denied after it. The sources may be of any algorithm;
+//! each is read in its own table, on the database's clock, as last
+//! committed, and never changed.
+//!
+//! What it costs: a check of a subject whose counter holds live state takes
+//! the statements it takes without a lineage (the in-place `UPDATE` of a
+//! fixed window, or the row-lock function of GCRA and sliding windows, in
+//! forms that also take the single check's and small batch's fallbacks
+//! `runlimit_check_live_fixed_window` and
+//! `runlimit_settle_live_fixed_windows`), one round trip. When the counter
+//! holds no live state, that statement changes nothing and answers "carry
+//! needed", and the limiter sends `runlimit_check_counters` with the
+//! counter's sources, which locks the counters, reads the sources,
+//! translates the first holding live state exactly as the core does, stores
+//! it (even for a denial, so the subject pays for its carry once: carrying
+//! is not consuming) and decides the check: **one extra round trip, once per
+//! subject**, and again when a counter's state has expired while the lineage
+//! or previous secret is still configured. Batches decided by the general
+//! functions (GCRA and sliding-window batches, fixed-window batches of more
+//! than eight checks) and grants send their sources with the batch, in their
+//! one round trip. Concurrent first checks of one subject carry once: the
+//! carrying statement takes the counter's locks and finds the state the
+//! first one stored. A peek reads the counter and its sources in one
+//! read-only statement; a reset deletes the counter and every source in one
+//! (`runlimit_reset_counters`), so nothing is carried again. Drop the
+//! lineage and the previous secret once the predecessor's longest window has
+//! passed.
+//!
+//! # Every algorithm in one limiter
+//!
+//! [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) (also through
+//! [`for_policy`](PostgresLimiter::for_policy)) takes checks of fixed
+//! windows, sliding windows and GCRA alike, for configurations that choose
+//! the algorithm per rule. A check, and a batch of one algorithm, take that
+//! algorithm's statements at their cost. A batch that mixes algorithms is one
+//! statement, `runlimit_check_counters`, atomic across the three tables: it
+//! takes every counter's advisory lock in the global order, then the rows,
+//! then capacity in one pass over the tables in the ledger's order, decides
+//! every check on one clock sample, and consumes all or nothing. A receipt
+//! of a mixed batch is refunded in one statement (`runlimit_refund_counters`)
+//! that takes every lock first, then runs each algorithm's refund; its
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired) shares its bound
+//! among the three tables. Carries between algorithms (a fixed window
+//! replaced by GCRA, say) work as above.
 //!
 //! # Refund, peek and reset
 //!

@@ -143,7 +143,12 @@ impl Decided {
 ///
 /// `PostgresLimiter<FixedWindowPolicy>` (the default),
 /// `PostgresLimiter<SlidingWindowPolicy>` and `PostgresLimiter<GcraPolicy>`
-/// share one pool and schema but separate tables.
+/// share one pool and schema but separate tables;
+/// `PostgresLimiter<AnyPolicy>` checks all three, and decides a batch that
+/// mixes them in one statement, all admitted or none consumed. Counters whose
+/// policy continues from a predecessor, or whose subject key keeps a previous
+/// secret's, carry their state on a subject's first check (one extra round
+/// trip, once); see the crate documentation.
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
     connections: Arc<Connections>,
     config: PostgresConfig,
@@ -225,7 +230,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
 
     /// A limiter for policy type `Q` sharing this one's pool, kept
     /// connections, configuration and observer: the fixed-window and GCRA
-    /// limiters of one database.
+    /// limiters of one database, or the [`AnyPolicy`] limiter of all three.
     ///
     /// ```no_run
     /// # use runlimit_core::{FixedWindowPolicy, GcraPolicy};
