@@ -836,7 +836,7 @@ impl PgPolicy for FixedWindowPolicy {
                 query = query.bind(checks.iter().map(Check::carries).collect::<Vec<_>>());
             }
             let rows = batch::replies(&query.fetch_all(&mut *connection).await?, checks.len())?;
-            if rows.iter().any(|row| row.0 == OUTCOME_CARRY) {
+            if carrying && rows.iter().any(|row| row.0 == OUTCOME_CARRY) {
                 return counters::decide(connection, checks, config, full).await;
             }
             rows
@@ -1076,7 +1076,7 @@ impl PgPolicy for GcraPolicy {
             .fetch_all(&mut *connection)
             .await?
         };
-        if carry::needed(&rows)? {
+        if carrying && carry::needed(&rows)? {
             return counters::decide(connection, checks, config, full).await;
         }
         checks
@@ -1336,7 +1336,7 @@ impl PgPolicy for SlidingWindowPolicy {
             .fetch_all(&mut *connection)
             .await?
         };
-        if carry::needed(&rows)? {
+        if carrying && carry::needed(&rows)? {
             return counters::decide(connection, checks, config, full).await;
         }
         checks

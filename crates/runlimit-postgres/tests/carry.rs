@@ -443,6 +443,63 @@ async fn any_policy_cleanup_shares_its_bound_among_the_tables() {
     assert_eq!(rows, 0);
 }
 
+#[tokio::test]
+async fn carried_states_obey_the_capacity_of_their_table() {
+    let Some(schema) = common::schema("carry_capacity").await else {
+        return;
+    };
+    let limiter = PostgresLimiter::<AnyPolicy>::new(
+        schema.migrated_pool(2).await,
+        config().with_max_rows_per_shard(2).expect("valid"),
+    );
+    let old: AnyPolicy = fixed("capped", 4, HOUR).into();
+    let carried = common::key(40, 1);
+    // Shard 40 of the fixed-window table is full with the old policy's rows.
+    for subject in [carried, common::key(40, 2)] {
+        assert!(
+            limiter
+                .check(&Check::new(&old, subject))
+                .await
+                .expect("check")
+                .is_allowed()
+        );
+    }
+    let raised = AnyPolicy::from(fixed("capped", 6, HOUR))
+        .continuing(&old)
+        .expect("lineage");
+    let refused = limiter
+        .check(&Check::new(&raised, carried))
+        .await
+        .expect("check");
+    assert_eq!(
+        refused.denial(),
+        Some(&runlimit_core::Denial::StorageCapacity { retry_after: None }),
+        "a carried state needs a row of its own"
+    );
+    let lowered = AnyPolicy::from(fixed("capped", 1, HOUR))
+        .continuing(&old)
+        .expect("lineage");
+    let denied = limiter
+        .check(&Check::new(&lowered, carried))
+        .await
+        .expect("check");
+    assert!(
+        denied
+            .denial()
+            .is_some_and(runlimit_core::Denial::is_quota_exceeded),
+        "the carried state denies before any row is needed: {denied:?}"
+    );
+    // GCRA's table has room in that shard: the state carries there.
+    let rate = AnyPolicy::from(gcra("capped", 1, HOUR, 6))
+        .continuing(&old)
+        .expect("lineage");
+    let decision = limiter
+        .check(&Check::new(&rate, carried))
+        .await
+        .expect("check");
+    assert_eq!(decision.remaining(), Some(4), "one carried, one admitted");
+}
+
 /// A policy of some algorithm, as the SQL functions take it.
 #[derive(Debug, Clone, Copy)]
 struct Shape {
