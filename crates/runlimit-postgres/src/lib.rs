@@ -101,26 +101,28 @@
 //! each is read in its own table, on the database's clock, as last
 //! committed, and never changed.
 //!
-//! What it costs: a check of a subject whose counter holds live state takes
-//! the statements it takes without a lineage (the in-place `UPDATE` of a
-//! fixed window, or the row-lock function of GCRA and sliding windows, in
-//! forms that also take the single check's and small batch's fallbacks
-//! `runlimit_check_live_fixed_window` and
-//! `runlimit_settle_live_fixed_windows`), one round trip. When the counter
-//! holds no live state, that statement changes nothing and answers "carry
-//! needed", and the limiter sends `runlimit_check_counters` with the
-//! counter's sources, which locks the counters, reads the sources,
-//! translates the first holding live state exactly as the core does, stores
-//! it (even for a denial, so the subject pays for its carry once: carrying
-//! is not consuming) and decides the check: **one extra round trip, once per
-//! subject**, and again when a counter's state has expired while the lineage
-//! or previous secret is still configured. Batches decided by the general
-//! functions (GCRA and sliding-window batches, fixed-window batches of more
-//! than eight checks) and grants send their sources with the batch, in their
-//! one round trip. Concurrent first checks of one subject carry once: the
-//! carrying statement takes the counter's locks and finds the state the
-//! first one stored. A peek reads the counter and its sources in one
-//! read-only statement; a reset deletes the counter and every source in one
+//! What it costs: a check of a subject whose counter holds live state costs
+//! what it costs without a lineage, one round trip and the same statement:
+//! a single fixed-window check's in-place `UPDATE` (and a small batch's),
+//! with `runlimit_check_live_fixed_window` (`runlimit_settle_live_fixed_windows`)
+//! deciding what the update leaves, and for GCRA and sliding windows the
+//! live forms of their row-lock functions. When the counter holds no live
+//! state, that statement changes nothing and answers "carry needed", and the
+//! limiter sends `runlimit_check_counters` with the counter's sources, which
+//! locks the counters, reads the sources, translates the first holding live
+//! state exactly as the core does, stores it (even for a denial, so the
+//! subject pays for its carry once: carrying is not consuming) and decides
+//! the check: **one extra round trip, once per subject**, and again when a
+//! counter's state has expired while the lineage or previous secret is
+//! still configured. (A counter with nothing to carry is stored by its first
+//! admission, so in a batch that another check keeps denying it pays the
+//! extra round trip each time.) Batches decided by the general functions
+//! (GCRA and sliding-window batches, fixed-window batches of more than eight
+//! checks) and grants send their sources with the batch, in their one round
+//! trip. Concurrent first checks of one subject carry once: the carrying
+//! statement takes the counter's locks and finds the state the first one
+//! stored. A peek reads the counter and its sources in one read-only
+//! statement; a reset deletes the counter and every source in one
 //! (`runlimit_reset_counters`), so nothing is carried again. Drop the
 //! lineage and the previous secret once the predecessor's longest window has
 //! passed.

@@ -359,7 +359,8 @@ impl<P: PgPolicy> PostgresLimiter<P> {
         }
     }
 
-    /// Deletes at most `maximum_rows` expired rows of this policy type's table,
+    /// Deletes at most `maximum_rows` expired rows of this policy type's table
+    /// (of all three for [`AnyPolicy`], a share of the bound each),
     /// oldest first, and returns how many it removed. Expired rows never affect
     /// decisions, but only deletion frees their capacity-ledger slot. Rows an
     /// admission holds are skipped, so cleanup does not block admissions.
@@ -754,7 +755,7 @@ fn capacity_decision() -> Decision {
     Decision::denied(Denial::StorageCapacity { retry_after: None })
 }
 
-pub(crate) fn micros_between(later: i64, earlier: i64) -> Duration {
+fn micros_between(later: i64, earlier: i64) -> Duration {
     Duration::from_micros(as_u64(later.saturating_sub(earlier)))
 }
 
@@ -1033,8 +1034,10 @@ impl PgPolicy for GcraPolicy {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
         // A counter that may carry another's state: the single check's
-        // function for live counters, which replies "carry needed" for the
-        // others; batches go to the function of every algorithm.
+        // function for live counters (bound with the same parameters, of
+        // which it takes no lock id or capacity), which replies "carry
+        // needed" for the others; batches go to the function of every
+        // algorithm.
         let carrying = checks.iter().any(Check::carries);
         let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
             // One check: the function of one row (decided under the row's
@@ -1292,8 +1295,10 @@ impl PgPolicy for SlidingWindowPolicy {
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
         // A counter that may carry another's state: the single check's
-        // function for live counters, which replies "carry needed" for the
-        // others; batches go to the function of every algorithm.
+        // function for live counters (bound with the same parameters, of
+        // which it takes no lock id or capacity), which replies "carry
+        // needed" for the others; batches go to the function of every
+        // algorithm.
         let carrying = checks.iter().any(Check::carries);
         let rows = if let ([check], [limit], [sub_window], [cost]) = (
             checks,
