@@ -444,6 +444,40 @@ async fn any_policy_cleanup_shares_its_bound_among_the_tables() {
 }
 
 #[tokio::test]
+async fn batches_of_carried_counters_stay_all_or_nothing() {
+    let Some(schema) = common::schema("carry_batches").await else {
+        return;
+    };
+    let limiter =
+        PostgresLimiter::<FixedWindowPolicy>::new(schema.migrated_pool(2).await, config());
+    let subject = common::key(5, 5);
+    let [roomy, tight] = [("batch.roomy", 10), ("batch.tight", 3)].map(|(name, limit)| {
+        let old = fixed(name, 2, HOUR);
+        (
+            old.clone(),
+            fixed(name, limit, HOUR).continuing(&old).expect("lineage"),
+        )
+    });
+    for (old, _) in [&roomy, &tight] {
+        assert_eq!(spend(&limiter, old, subject).await, 2);
+    }
+    let batch = [Check::new(&roomy.1, subject), Check::new(&tight.1, subject)];
+    // Carried (two and two), then decided in place: the tight one has room
+    // for one more.
+    assert!(limiter.check_all(&batch).await.expect("batch").is_allowed());
+    for round in 0..2 {
+        // Denied by the tight counter, with nothing consumed of the other;
+        // the second time the limiter remembers the full counter.
+        match limiter.check_all(&batch).await.expect("batch") {
+            runlimit_core::BatchDecision::Denied { index, .. } => assert_eq!(index, 1, "{round}"),
+            other => panic!("expected the tight counter to deny, got {other:?}"),
+        }
+        let peeked = limiter.peek(&batch[0]).await.expect("peek");
+        assert_eq!(peeked.remaining(), Some(7), "round {round}");
+    }
+}
+
+#[tokio::test]
 async fn carried_states_obey_the_capacity_of_their_table() {
     let Some(schema) = common::schema("carry_capacity").await else {
         return;
