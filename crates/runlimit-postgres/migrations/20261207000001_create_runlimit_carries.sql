@@ -11,7 +11,10 @@
 --   2: [expiry, the nine counts (the latest eighth first)]
 --   3: [arrival time, its remainder in units of 1/quota microsecond]
 -- and a policy as two numbers: its limit (GCRA: its quota) and its window
--- (GCRA: its period) in microseconds.
+-- (GCRA: its period) in microseconds. A check's carry sources travel as two
+-- arrays: their counter keys, and four numbers each, in the order they are
+-- read: the check they belong to (1-based), their algorithm, limit and
+-- window.
 --
 -- A counter with no live state (no window or counts still counting, no
 -- arrival time ahead of now) whose check carries starts from the state of
@@ -25,9 +28,10 @@
 -- id order, then their rows, then capacity-ledger rows in the order of
 -- (counter table, shard), fixed_windows before gcra before sliding_windows,
 -- so functions that touch several tables cannot wait on each other in a
--- cycle. Outcome 3 means "carry needed": a statement of the hot path found a
--- carrying counter without live state and, not knowing its sources, changed
--- nothing; the limiter then sends runlimit_check_counters with the sources.
+-- cycle. The functions of single checks below carry under the counter's row
+-- lock alone when its row exists (as they decide), and leave a counter
+-- without a row, which needs its advisory lock and capacity, to
+-- runlimit_check_counters, taking no lock before it.
 
 -- A counter's state in its algorithm's form, as last committed; NULL when
 -- the counter has no row (or p_algorithm is NULL).
@@ -164,24 +168,56 @@ BEGIN
 END;
 $$;
 
+-- The state check p_check's counter, of policy (p_to, p_to_limit,
+-- p_to_window_us), starts from at p_now_us: the first of its sources (of
+-- p_source_keys and p_sources, see above) holding live state, translated
+-- (r_state), and its index in the source arrays (r_source); NULLs when none
+-- holds any. Sources are read as last committed.
+CREATE FUNCTION runlimit_carried(
+    p_source_keys bytea[],
+    p_sources bigint[],
+    p_check integer,
+    p_to smallint,
+    p_to_limit bigint,
+    p_to_window_us bigint,
+    p_now_us bigint,
+    OUT r_state bigint[],
+    OUT r_source integer
+)
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+DECLARE
+    j integer;
+BEGIN
+    FOR j IN 1..coalesce(pg_catalog.cardinality(p_source_keys), 0) LOOP
+        CONTINUE WHEN p_sources[4 * j - 3] <> p_check;
+        r_state := runlimit_carry_state(p_sources[4 * j - 2]::smallint, p_sources[4 * j - 1],
+            p_sources[4 * j],
+            runlimit_counter_state(p_sources[4 * j - 2]::smallint, p_source_keys[j]),
+            p_to, p_to_limit, p_to_window_us, p_now_us);
+        IF r_state IS NOT NULL THEN
+            r_source := j;
+            RETURN;
+        END IF;
+    END LOOP;
+END;
+$$;
+
 -- Checks of any algorithm, decided together: the general path of batches
 -- that mix algorithms, of batches and grants whose counters carry, and of
--- the checks a statement of the hot path answered with outcome 3.
+-- carrying single checks of counters without a row.
 --
 -- Per check (arrays in batch order): its algorithm, counter key, policy
--- (limit and window as above), cost, GCRA's increment and tolerance (from
--- the client's exact arithmetic; ignored for the windows), and whether its
--- counter carries. Per carry source, in the order they are read: the check
--- (1-based) it belongs to, its algorithm, counter key and policy. p_lock_ids
+-- (limit and window as above), cost, and GCRA's increment and tolerance
+-- (from the client's exact arithmetic; ignored for the windows). Then the
+-- carry sources of the checks whose counters carry (see above). p_lock_ids
 -- are the checks' advisory-lock ids, ascending and deduplicated. p_up_to
 -- makes the call a grant of its one check: between its cost and p_up_to
 -- units, as many as fit now (as the grant functions of each algorithm).
 --
 -- It takes the advisory locks, then each counter's row under its lock, and
--- samples the clock once. A carrying counter without live state starts from
--- its first source holding live state (runlimit_carry_state); if the call
--- lists no source for it, the function replies 3 for every check and
--- changes nothing. Every check is decided against its starting state; new
+-- samples the clock once. A counter without live state with sources starts
+-- from the first of them holding live state (runlimit_carried). Every check
+-- is decided against its starting state; new
 -- rows (carried states, and counters of allowed checks) claim capacity in
 -- one pass over the tables in ledger order. If every check is allowed,
 -- every state is written; otherwise only the carried states are (a carried
@@ -206,12 +242,8 @@ CREATE FUNCTION runlimit_check_counters(
     p_increment_rem bigint[],
     p_tolerance_us bigint[],
     p_tolerance_rem bigint[],
-    p_carries boolean[],
-    p_source_checks integer[],
-    p_source_algorithms smallint[],
     p_source_keys bytea[],
-    p_source_limits bigint[],
-    p_source_window_us bigint[],
+    p_sources bigint[],
     p_up_to bigint,
     p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
@@ -246,6 +278,7 @@ DECLARE
     v_next bigint[] := '{}';
     v_state bigint[];
     v_carry bigint[];
+    v_source integer;
     v_found boolean;
     v_version_found bigint;
     v_base integer;
@@ -287,32 +320,19 @@ BEGIN
         -- A new row's version is its creation time.
         v_version[i] := CASE WHEN v_found THEN v_version_found ELSE v_now_us END;
 
-        IF p_carries[i] AND NOT coalesce(CASE p_algorithms[i]
+        IF NOT coalesce(CASE p_algorithms[i]
                 WHEN 1 THEN v_state[2] > v_now_us
                 WHEN 2 THEN v_state[1] > v_now_us
                 ELSE v_state[1] > v_now_us OR (v_state[1] = v_now_us AND v_state[2] > 0)
             END, false) THEN
-            IF NOT coalesce(i = ANY (p_source_checks), false) THEN
-                -- Carry needed, and no source listed: change nothing.
-                RETURN QUERY
-                SELECT k, 3::smallint, NULL::integer, NULL::bigint, NULL::bigint, NULL::bigint,
-                    NULL::bigint, NULL::bigint[], NULL::bigint, NULL::bigint, v_now_us, NULL::bigint
-                FROM pg_catalog.generate_series(1, v_count) AS k;
-                RETURN;
+            SELECT c.r_state, c.r_source INTO v_carry, v_source
+            FROM runlimit_carried(p_source_keys, p_sources, i, p_algorithms[i], p_limits[i],
+                p_window_us[i], v_now_us) AS c;
+            IF v_source IS NOT NULL THEN
+                v_state := v_carry;
+                v_carried[i] := v_source;
+                v_version[i] := v_now_us;
             END IF;
-            FOR j IN 1..pg_catalog.cardinality(p_source_keys) LOOP
-                CONTINUE WHEN p_source_checks[j] <> i;
-                v_carry := runlimit_carry_state(p_source_algorithms[j], p_source_limits[j],
-                    p_source_window_us[j],
-                    runlimit_counter_state(p_source_algorithms[j], p_source_keys[j]),
-                    p_algorithms[i], p_limits[i], p_window_us[i], v_now_us);
-                IF v_carry IS NOT NULL THEN
-                    v_state := v_carry;
-                    v_carried[i] := j;
-                    v_version[i] := v_now_us;
-                    EXIT;
-                END IF;
-            END LOOP;
         END IF;
 
         v_base := (i - 1) * 10;
@@ -488,30 +508,42 @@ BEGIN
 END;
 $$;
 
--- A single fixed-window check whose counter carries, as the fallback of the
--- in-place `UPDATE` (the crate's `single` module sends the same update for
--- every single check, with this function in place of
--- runlimit_check_fixed_window). It decides as that function does a check
--- of a live window: a full one denied from the row as last committed,
--- without its lock; anything else under the row's lock. A counter without a
--- live window (no row, or one whose window has ended) replies 3 and changes
--- nothing: the limiter then carries its state with runlimit_check_counters.
+-- A single fixed-window check whose counter carries: the fallback of the
+-- in-place `UPDATE` (the crate's `single` module sends a carrying check the
+-- update any check takes, with this function in place of
+-- runlimit_check_fixed_window and the check's carry sources after its
+-- parameters). It decides as that function does: a full live window denied
+-- from the row as last committed, without its lock; anything else under the
+-- row's lock, where a window that has ended starts from the first source
+-- holding live state (runlimit_carried), or else anew; a counter without a
+-- row with runlimit_check_counters (its advisory lock and capacity). Replies
+-- as that function, and the source carried from. A carried state is stored
+-- even when the check is denied (carrying is not consuming), so the subject
+-- carries once.
 CREATE FUNCTION runlimit_check_live_fixed_window(
     p_key bytea,
+    p_lock_id bigint,
     p_limit bigint,
+    p_window_us bigint,
     p_cost bigint,
+    p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
     p_relaxed_durability boolean,
+    p_source_keys bytea[],
+    p_sources bigint[],
     OUT r_outcome smallint,
     OUT r_used bigint,
     OUT r_expires_us bigint,
-    OUT r_now_us bigint
+    OUT r_now_us bigint,
+    OUT r_carried integer
 )
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     v_now timestamptz;
     v_used bigint;
     v_expires timestamptz;
+    v_found boolean;
+    v_carry bigint[];
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
     IF p_relaxed_durability THEN
@@ -521,57 +553,82 @@ BEGIN
     SELECT w.used, w.window_expires_at INTO v_used, v_expires
     FROM runlimit_fixed_windows AS w
     WHERE w.counter_key = p_key;
-    v_now := pg_catalog.clock_timestamp();
-    IF coalesce(v_expires > v_now AND v_used + p_cost > p_limit, false) THEN
-        r_outcome := 1;
-        r_used := v_used;
-        r_expires_us := (EXTRACT(EPOCH FROM v_expires) * 1000000)::bigint;
-        r_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
-        RETURN;
-    END IF;
-    IF coalesce(v_expires > v_now, false) THEN
+    v_found := FOUND;
+    IF v_found THEN
+        v_now := pg_catalog.clock_timestamp();
+        IF v_expires > v_now AND v_used + p_cost > p_limit THEN
+            r_outcome := 1;
+            r_used := v_used;
+            r_expires_us := (EXTRACT(EPOCH FROM v_expires) * 1000000)::bigint;
+            r_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
+            RETURN;
+        END IF;
         SELECT w.used, w.window_expires_at INTO v_used, v_expires
         FROM runlimit_fixed_windows AS w
         WHERE w.counter_key = p_key
         FOR UPDATE;
-        v_now := pg_catalog.clock_timestamp();
+        v_found := FOUND;
     END IF;
-    r_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
-    IF NOT coalesce(v_expires > v_now, false) THEN
-        -- No live window: its state is carried first.
-        r_outcome := 3;
+    IF NOT v_found THEN
+        -- A new counter (no lock is held): the general path.
+        SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_now_us, c.r_carried
+        INTO r_outcome, r_used, r_expires_us, r_now_us, r_carried
+        FROM runlimit_check_counters('{1}', ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
+            ARRAY[p_window_us], ARRAY[p_cost], '{0}', '{0}', '{0}', '{0}', p_source_keys, p_sources,
+            NULL, p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c;
         RETURN;
+    END IF;
+    v_now := pg_catalog.clock_timestamp();
+    r_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
+    IF v_expires <= v_now THEN
+        SELECT c.r_state, c.r_source INTO v_carry, r_carried
+        FROM runlimit_carried(p_source_keys, p_sources, 1, 1::smallint, p_limit, p_window_us,
+            r_now_us) AS c;
+        IF r_carried IS NULL THEN
+            -- Nothing to carry: the next allowed check anchors anew.
+            v_used := 0;
+            v_expires := v_now + p_window_us * interval '1 microsecond';
+        ELSE
+            v_used := v_carry[1];
+            v_expires := 'epoch'::timestamptz + v_carry[2] * interval '1 microsecond';
+        END IF;
     END IF;
     r_used := v_used;
     r_expires_us := (EXTRACT(EPOCH FROM v_expires) * 1000000)::bigint;
     IF r_used + p_cost <= p_limit THEN
         r_outcome := 0;
         r_used := r_used + p_cost;
-        UPDATE runlimit_fixed_windows AS w SET used = r_used WHERE w.counter_key = p_key;
     ELSE
         r_outcome := 1;
+    END IF;
+    IF r_outcome = 0 OR r_carried IS NOT NULL THEN
+        UPDATE runlimit_fixed_windows AS w
+        SET used = r_used, window_expires_at = v_expires
+        WHERE w.counter_key = p_key;
     END IF;
 END;
 $$;
 
 -- Settles an in-place fixed-window batch (of the crate's `batch` module)
 -- naming a counter that carries, as runlimit_settle_fixed_windows settles
--- the others: it takes back what the update added, then replies 3 (having
--- changed nothing) when a carrying counter has no live window in the rows as
--- last committed, denies the batch from those rows when one is full, and
--- otherwise decides it under its locks with runlimit_check_counters (which
--- replies 3 if a carrying counter's window ended meanwhile). p_carries says
--- which checks carry. The reply is flat as runlimit_settle_fixed_windows's.
+-- the others: it takes back what the update added, denies the batch from
+-- the rows as last committed when every counter has a row, every carrying
+-- one a live window, and one is full, and otherwise decides it under its
+-- locks with runlimit_check_counters, which carries. Its sources follow
+-- the settings. The reply is flat: (outcome, used, window expiry, the
+-- source carried from or 0) for each check in batch order, then the clock
+-- sample.
 CREATE FUNCTION runlimit_settle_live_fixed_windows(
     p_keys bytea[],
     p_lock_ids bigint[],
     p_limits bigint[],
     p_window_us bigint[],
     p_costs bigint[],
-    p_carries boolean[],
     p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
-    p_relaxed_durability boolean
+    p_relaxed_durability boolean,
+    p_source_keys bytea[],
+    p_sources bigint[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -581,8 +638,7 @@ DECLARE
     v_reply bigint[] := '{}';
     v_now timestamptz;
     v_now_us bigint;
-    v_all_found boolean := true;
-    v_carry boolean := false;
+    v_all_live boolean := true;
     v_denied boolean := false;
     v_writer xid := pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned());
     v_one_used bigint;
@@ -603,52 +659,47 @@ BEGIN
         SELECT w.used, w.window_expires_at INTO v_one_used, v_one_expires
         FROM runlimit_fixed_windows AS w
         WHERE w.counter_key = p_keys[i];
-        v_all_found := v_all_found AND FOUND;
+        v_all_live := v_all_live AND FOUND;
         v_used[i] := v_one_used;
         v_expires[i] := v_one_expires;
     END LOOP;
-    v_now := pg_catalog.clock_timestamp();
-    v_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
-    FOR i IN 1..v_count LOOP
-        v_carry := v_carry OR (p_carries[i] AND NOT coalesce(v_expires[i] > v_now, false));
-    END LOOP;
-    IF v_carry THEN
-        -- A carrying counter without a live window: its state is carried first.
-        SELECT pg_catalog.array_agg(word) INTO v_reply
-        FROM pg_catalog.generate_series(1, v_count), LATERAL pg_catalog.unnest(ARRAY[3, 0, 0]::bigint[]) AS word;
-        RETURN v_reply || v_now_us;
-    END IF;
-    IF v_all_found THEN
+    IF v_all_live THEN
+        v_now := pg_catalog.clock_timestamp();
+        v_now_us := (EXTRACT(EPOCH FROM v_now) * 1000000)::bigint;
         FOR i IN 1..v_count LOOP
             IF v_expires[i] <= v_now THEN
+                -- A carrying counter's state depends on its sources.
+                v_all_live := v_all_live AND NOT coalesce(i = ANY (
+                    SELECT p_sources[4 * j - 3] FROM pg_catalog.generate_subscripts(p_source_keys, 1) AS j
+                ), false);
                 v_used[i] := 0;
                 v_expires[i] := v_now + p_window_us[i] * interval '1 microsecond';
             END IF;
             IF v_used[i] + p_costs[i] <= p_limits[i] THEN
                 v_reply := v_reply || ARRAY[0, v_used[i] + p_costs[i],
-                    (EXTRACT(EPOCH FROM v_expires[i]) * 1000000)::bigint];
+                    (EXTRACT(EPOCH FROM v_expires[i]) * 1000000)::bigint, 0];
             ELSE
                 v_denied := true;
                 v_reply := v_reply || ARRAY[1, v_used[i],
-                    (EXTRACT(EPOCH FROM v_expires[i]) * 1000000)::bigint];
+                    (EXTRACT(EPOCH FROM v_expires[i]) * 1000000)::bigint, 0];
             END IF;
         END LOOP;
-        IF v_denied THEN
+        IF v_all_live AND v_denied THEN
             RETURN v_reply || v_now_us;
         END IF;
         v_reply := '{}';
     END IF;
 
     FOR v_row IN
-        SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_now_us
+        SELECT c.r_outcome, c.r_used, c.r_expires_us, c.r_carried, c.r_now_us
         FROM runlimit_check_counters(
             pg_catalog.array_fill(1::smallint, ARRAY[v_count]), p_keys, p_lock_ids, p_limits,
-            p_window_us, p_costs, NULL, NULL, NULL, NULL, p_carries, '{}', '{}', '{}', '{}', '{}',
-            NULL, p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c
+            p_window_us, p_costs, NULL, NULL, NULL, NULL, p_source_keys, p_sources, NULL,
+            p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c
         ORDER BY c.r_index
     LOOP
-        v_reply := v_reply || ARRAY[v_row.r_outcome::bigint, coalesce(v_row.r_used, 0),
-            coalesce(v_row.r_expires_us, 0)];
+        v_reply := v_reply || ARRAY[v_row.r_outcome::bigint, v_row.r_used, v_row.r_expires_us,
+            coalesce(v_row.r_carried, 0)];
         v_now_us := v_row.r_now_us;
     END LOOP;
     RETURN v_reply || v_now_us;
@@ -656,27 +707,42 @@ END;
 $$;
 
 -- A single GCRA check whose counter carries: runlimit_check_gcra_counter
--- for a counter whose arrival time lies ahead of now, decided under the
--- row's lock; any other replies 3 and changes nothing.
+-- with the check's carry sources (and its period and cost, which a new
+-- counter's general path takes). Under the row's lock, an arrival time
+-- that has passed starts from the first source holding live state
+-- (runlimit_carried), or else from now; a counter without a row goes to
+-- runlimit_check_counters. Replies as that function, and the source
+-- carried from; a carried state is stored even when the check is denied,
+-- as a new version (its creation time).
 CREATE FUNCTION runlimit_check_live_gcra_counter(
     p_key bytea,
+    p_lock_id bigint,
     p_quota bigint,
     p_increment_us bigint,
     p_increment_rem bigint,
     p_tolerance_us bigint,
     p_tolerance_rem bigint,
+    p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
     p_relaxed_durability boolean,
+    p_period_us bigint,
+    p_cost bigint,
+    p_source_keys bytea[],
+    p_sources bigint[],
     OUT r_outcome smallint,
     OUT r_ahead_us bigint,
     OUT r_ahead_rem bigint,
     OUT r_now_us bigint,
-    OUT r_version bigint
+    OUT r_version bigint,
+    OUT r_carried integer
 )
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     v_tat_us bigint;
     v_tat_rem bigint;
+    v_next_us bigint;
+    v_next_rem bigint;
+    v_carry bigint[];
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
     IF p_relaxed_durability THEN
@@ -686,29 +752,53 @@ BEGIN
     FROM runlimit_gcra AS g
     WHERE g.counter_key = p_key
     FOR UPDATE;
-    r_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
-    IF NOT coalesce(v_tat_us > r_now_us OR (v_tat_us = r_now_us AND v_tat_rem > 0), false) THEN
-        -- No arrival time ahead of now: its state is carried first.
-        r_outcome := 3;
-        r_version := NULL;
+    IF NOT FOUND THEN
+        -- A new counter (no lock is held): the general path.
+        SELECT c.r_outcome, c.r_ahead_us, c.r_ahead_rem, c.r_now_us, c.r_version, c.r_carried
+        INTO r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version, r_carried
+        FROM runlimit_check_counters('{3}', ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_quota],
+            ARRAY[p_period_us], ARRAY[p_cost], ARRAY[p_increment_us], ARRAY[p_increment_rem],
+            ARRAY[p_tolerance_us], ARRAY[p_tolerance_rem], p_source_keys, p_sources, NULL,
+            p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c;
         RETURN;
     END IF;
-    v_tat_us := v_tat_us + p_increment_us;
-    v_tat_rem := v_tat_rem + p_increment_rem;
-    IF v_tat_rem >= p_quota THEN
-        v_tat_us := v_tat_us + 1;
-        v_tat_rem := v_tat_rem - p_quota;
+    r_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
+    IF NOT (v_tat_us > r_now_us OR (v_tat_us = r_now_us AND v_tat_rem > 0)) THEN
+        SELECT c.r_state, c.r_source INTO v_carry, r_carried
+        FROM runlimit_carried(p_source_keys, p_sources, 1, 3::smallint, p_quota, p_period_us,
+            r_now_us) AS c;
+        IF r_carried IS NULL THEN
+            v_tat_us := r_now_us;
+            v_tat_rem := 0;
+        ELSE
+            v_tat_us := v_carry[1];
+            v_tat_rem := v_carry[2];
+            r_version := r_now_us;
+        END IF;
     END IF;
-    r_ahead_us := v_tat_us - r_now_us;
-    r_ahead_rem := v_tat_rem;
+    -- The arrival time (live or carried, so not before now) plus one
+    -- increment; beyond the tolerance is a denial.
+    v_next_us := v_tat_us + p_increment_us;
+    v_next_rem := v_tat_rem + p_increment_rem;
+    IF v_next_rem >= p_quota THEN
+        v_next_us := v_next_us + 1;
+        v_next_rem := v_next_rem - p_quota;
+    END IF;
+    r_ahead_us := v_next_us - r_now_us;
+    r_ahead_rem := v_next_rem;
     IF r_ahead_us > p_tolerance_us
         OR (r_ahead_us = p_tolerance_us AND r_ahead_rem > p_tolerance_rem) THEN
         r_outcome := 1;
     ELSE
         r_outcome := 0;
+        v_tat_us := v_next_us;
+        v_tat_rem := v_next_rem;
+    END IF;
+    IF r_outcome = 0 OR r_carried IS NOT NULL THEN
         UPDATE runlimit_gcra AS g
         SET tat_us = v_tat_us,
             tat_rem = v_tat_rem,
+            version = r_version,
             expires_at = 'epoch'::timestamptz
                 + (v_tat_us + (v_tat_rem > 0)::integer) * interval '1 microsecond'
         WHERE g.counter_key = p_key;
@@ -717,20 +807,29 @@ END;
 $$;
 
 -- A single sliding-window check whose counter carries:
--- runlimit_check_sliding_window for a counter whose counts still count,
--- decided under the row's lock; any other replies 3 and changes nothing.
+-- runlimit_check_sliding_window with the check's carry sources. Under the
+-- row's lock, counts that no longer count start from the first source
+-- holding live state (runlimit_carried), or else from none; a counter
+-- without a row goes to runlimit_check_counters. Replies as that function,
+-- and the source carried from; a carried state is stored even when the
+-- check is denied, as a new version (its creation time).
 CREATE FUNCTION runlimit_check_live_sliding_window(
     p_key bytea,
+    p_lock_id bigint,
     p_limit bigint,
     p_sub_window_us bigint,
     p_cost bigint,
+    p_max_rows_per_shard integer,
     p_lock_timeout_ms integer,
     p_relaxed_durability boolean,
+    p_source_keys bytea[],
+    p_sources bigint[],
     OUT r_outcome smallint,
     OUT r_latest bigint,
     OUT r_counts bigint[],
     OUT r_now_us bigint,
-    OUT r_version bigint
+    OUT r_version bigint,
+    OUT r_carried integer
 )
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -738,6 +837,7 @@ DECLARE
     v_expires_us bigint;
     v_bucket bigint;
     v_total bigint := 0;
+    v_carry bigint[];
     j integer;
 BEGIN
     PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
@@ -749,12 +849,25 @@ BEGIN
     FROM runlimit_sliding_windows AS s
     WHERE s.counter_key = p_key
     FOR UPDATE;
-    r_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
-    IF NOT coalesce(v_expires_us > r_now_us, false) THEN
-        -- No counts still counting: its state is carried first.
-        r_outcome := 3;
-        r_version := NULL;
+    IF NOT FOUND THEN
+        -- A new counter (no lock is held): the general path.
+        SELECT c.r_outcome, c.r_latest, c.r_counts, c.r_now_us, c.r_version, c.r_carried
+        INTO r_outcome, r_latest, r_counts, r_now_us, r_version, r_carried
+        FROM runlimit_check_counters('{2}', ARRAY[p_key], ARRAY[p_lock_id], ARRAY[p_limit],
+            ARRAY[p_sub_window_us * 8], ARRAY[p_cost], '{0}', '{0}', '{0}', '{0}', p_source_keys,
+            p_sources, NULL, p_max_rows_per_shard, p_lock_timeout_ms, p_relaxed_durability) AS c;
         RETURN;
+    END IF;
+    r_now_us := (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;
+    IF v_expires_us <= r_now_us THEN
+        SELECT c.r_state, c.r_source INTO v_carry, r_carried
+        FROM runlimit_carried(p_source_keys, p_sources, 1, 2::smallint, p_limit,
+            p_sub_window_us * 8, r_now_us) AS c;
+        IF r_carried IS NOT NULL THEN
+            v_expires_us := v_carry[1];
+            v_counts := v_carry[2:10];
+            r_version := r_now_us;
+        END IF;
     END IF;
     v_bucket := r_now_us / p_sub_window_us;
     r_latest := GREATEST(v_expires_us / p_sub_window_us - 9, v_bucket);
@@ -762,17 +875,20 @@ BEGIN
     FOR j IN 1..9 LOOP
         v_total := v_total + r_counts[j];
     END LOOP;
+    v_counts := r_counts;
     IF v_total + p_cost <= p_limit THEN
         r_outcome := 0;
-        v_counts := r_counts;
         v_counts[1] := v_counts[1] + p_cost;
+    ELSE
+        r_outcome := 1;
+    END IF;
+    IF r_outcome = 0 OR r_carried IS NOT NULL THEN
         UPDATE runlimit_sliding_windows AS s
         SET counts = v_counts,
+            version = r_version,
             expires_at = 'epoch'::timestamptz
                 + (r_latest + 9) * p_sub_window_us * interval '1 microsecond'
         WHERE s.counter_key = p_key;
-    ELSE
-        r_outcome := 1;
     END IF;
 END;
 $$;

@@ -85,10 +85,10 @@ pub(crate) const MAX_CHECKS: usize = 8;
 /// column holds the settled batch, flat (see [`replies`]).
 ///
 /// A batch naming a counter that carries (`carrying`) is settled by
-/// `runlimit_settle_live_fixed_windows` instead, which replies outcome 3
-/// ("carry needed", nothing changed) for every check when a carrying
-/// counter has no live window; its statement takes one more parameter,
-/// last: whether each check carries, as a `boolean[]`.
+/// `runlimit_settle_live_fixed_windows` instead, which carries the state of
+/// a counter without a live window from its sources; its statement takes
+/// the sources last (their keys, and four numbers each), and its settled
+/// row names the source each check carried from.
 pub(crate) fn statement(checks: usize, carrying: bool) -> &'static str {
     &statements()[checks][usize::from(carrying)].0
 }
@@ -151,10 +151,10 @@ fn write_statements(n: usize, carrying: bool) -> (String, String) {
             lock(i)
         );
     }
-    let (function, carries) = if carrying {
+    let (function, sources) = if carrying {
         (
             "runlimit_settle_live_fixed_windows",
-            format!(" ${}::boolean[],", 5 * n + 4),
+            format!(", ${}::bytea[], ${}::bigint[]", 5 * n + 4, 5 * n + 5),
         )
     } else {
         ("runlimit_settle_fixed_windows", String::new())
@@ -162,8 +162,8 @@ fn write_statements(n: usize, carrying: bool) -> (String, String) {
     let settle = || {
         format!(
             "{function}(
-    ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],{carries}
-    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean)",
+    ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],
+    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean{sources})",
             keys = list(&key, "bytea"),
             locks = list(&lock, "bigint"),
             limits = list(&limit, "bigint"),
@@ -200,7 +200,8 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
 }
 
 /// Each check's outcome, count, window expiry and clock sample (the last two
-/// in microseconds since the Unix epoch), in batch order, from the rows of
+/// in microseconds since the Unix epoch), and the carry source it carried
+/// from (1-based; 0 for none), in batch order, from the rows of
 /// [`statement`] or [`settle_statement`] for `checks` checks.
 ///
 /// # Errors
@@ -209,20 +210,24 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
 pub(crate) fn replies(
     rows: &[PgRow],
     checks: usize,
-) -> Result<Vec<(i16, i64, i64, i64)>, sqlx::Error> {
+    carrying: bool,
+) -> Result<Vec<((i16, i64, i64, i64), i64)>, sqlx::Error> {
     let malformed = || sqlx::Error::Decode("a batch reply of an unexpected shape".into());
+    // Flat: (outcome, used, expiry) per check, and the source carried from
+    // when the batch carries, then the clock sample.
+    let stride = 3 + usize::from(carrying);
     for row in rows {
         if let Some(settled) = row.try_get::<Option<Vec<i64>>, _>(4)? {
-            // Flat: (outcome, used, expiry) per check, then the clock sample.
             let (&now_us, replies) = settled.split_last().ok_or_else(malformed)?;
-            if replies.len() != 3 * checks {
+            if replies.len() != stride * checks {
                 return Err(malformed());
             }
             return replies
-                .chunks_exact(3)
+                .chunks_exact(stride)
                 .map(|reply| {
                     let outcome = i16::try_from(reply[0]).map_err(|_| malformed())?;
-                    Ok((outcome, reply[1], reply[2], now_us))
+                    let carried = reply.get(3).copied().unwrap_or(0);
+                    Ok(((outcome, reply[1], reply[2], now_us), carried))
                 })
                 .collect();
         }
@@ -236,7 +241,7 @@ pub(crate) fn replies(
             .and_then(|position| admitted.get_mut(position.checked_sub(1)?))
             .ok_or_else(malformed)?;
         let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
-        *slot = Some((0, row.try_get(1)?, expires_us, now_us));
+        *slot = Some(((0, row.try_get(1)?, expires_us, now_us), 0));
     }
     admitted
         .into_iter()
@@ -252,7 +257,7 @@ mod tests {
     fn every_size_numbers_its_parameters_without_gaps() {
         for n in 2..=MAX_CHECKS {
             for carrying in [false, true] {
-                let highest = 5 * n + 3 + usize::from(carrying);
+                let highest = 5 * n + 3 + 2 * usize::from(carrying);
                 for text in [statement(n, carrying), settle_statement(n, carrying)] {
                     for param in 1..=highest {
                         assert!(text.contains(&format!("${param}::")), "${param} of {n}");

@@ -3,24 +3,22 @@
 //! (see [`runlimit_core::carry`]).
 //!
 //! A check whose counter [`carries`](Check::carries) takes the statement of
-//! its kind, with one difference: where that statement would start a
-//! counter without live state fresh, it replies outcome
-//! [`OUTCOME_CARRY`] instead, having changed nothing (a batch nothing at
-//! all). A single fixed-window check keeps its in-place `UPDATE`, with
+//! its kind with its carry sources as two more parameters (their counter
+//! keys, and four numbers each: see `counters::Sources`), which only the
+//! statement's fallback reads. A single fixed-window check keeps its
+//! in-place `UPDATE`, which admits a live window with room, with
 //! `runlimit_check_live_fixed_window` deciding what it leaves; a small
 //! fixed-window batch keeps its in-place `UPDATE`, settled by
 //! `runlimit_settle_live_fixed_windows`; a single GCRA or sliding-window
 //! check takes `runlimit_check_live_gcra_counter` or
-//! `runlimit_check_live_sliding_window`, the row-lock functions of live
-//! counters. So a subject whose counter holds live state pays what any
-//! check pays. On outcome 3 the limiter sends the batch again to
-//! `runlimit_check_counters` (the `counters` module) with its carry
-//! sources, which carries and decides in one round trip: the one extra
-//! round trip of a subject's first check after a change, and again after
-//! its counter's state has expired while the lineage or previous secret is
-//! still configured. Batches that take the general functions (larger
-//! fixed-window batches, GCRA and sliding-window batches) and grants go to
-//! `runlimit_check_counters` with their sources at once.
+//! `runlimit_check_live_sliding_window`, the row-lock functions taking the
+//! sources too. So a subject whose counter holds live state pays what any
+//! check pays, and one whose counter holds none carries in the same round
+//! trip: under the row's lock when the row exists, through
+//! `runlimit_check_counters` (the `counters` module, with the advisory lock
+//! and capacity of a new row) when it does not. Batches of the general
+//! functions (larger fixed-window batches, GCRA and sliding-window batches)
+//! and grants go to `runlimit_check_counters` with their sources.
 //!
 //! A peek reads the counter and its sources in one read-only statement and
 //! translates the first live source with the core's arithmetic; a reset
@@ -41,21 +39,6 @@ use crate::{
     counters::PolicyArgs,
     limiter::{as_u64, counter_lock_id, sorted_lock_ids},
 };
-
-/// The outcome of a statement that found a carrying counter without live
-/// state and changed nothing: the limiter carries its state first.
-pub(crate) const OUTCOME_CARRY: i16 = 3;
-
-/// Whether the rows of a single check's or batch's function (outcome
-/// first) ask for a carry.
-pub(crate) fn needed(rows: &[PgRow]) -> Result<bool, sqlx::Error> {
-    for row in rows {
-        if row.try_get::<i16, _>(0)? == OUTCOME_CARRY {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
 
 /// The clock, the counter's state and each source's, in one read-only
 /// statement: `$1`/`$2` the counter's algorithm and key, then up to three

@@ -3,10 +3,10 @@
 //! `runlimit_check_counters` is the general path of every check the
 //! statements of one algorithm cannot decide: a batch that mixes algorithms
 //! (a limiter of [`AnyPolicy`](runlimit_core::AnyPolicy) checks), and
-//! checks, batches and grants whose counters may carry another counter's
-//! state (see the `carry` module). It takes each check's policy in the same
-//! few numbers whatever its algorithm ([`PolicyArgs`]), and each carry
-//! source with its own policy, and decides the batch atomically across the
+//! batches and grants whose counters may carry another counter's state (see
+//! the `carry` module). It takes each check's policy in the same few numbers
+//! whatever its algorithm ([`PolicyArgs`]), and each carry source with its
+//! own policy ([`Sources`]), and decides the batch atomically across the
 //! three counter tables: advisory locks, rows, one sample of the database's
 //! clock, carried states, capacity in ledger order, and writes only when
 //! every check is allowed (carried states excepted: carrying is not
@@ -20,7 +20,6 @@ use runlimit_core::{
 use sqlx::{PgConnection, Row, postgres::PgRow};
 
 use crate::{
-    carry::OUTCOME_CARRY,
     config::PostgresConfig,
     full_counters::FullCounters,
     limiter::{
@@ -65,15 +64,14 @@ impl PolicyArgs {
 
 /// Parameters: per check (arrays in batch order) algorithm, counter key,
 /// then the checks' advisory-lock ids (ascending), per check limit, window,
-/// cost, GCRA's increment and tolerance (whole microseconds and remainder)
-/// and whether it carries; per carry source the check it belongs to
-/// (1-based), its algorithm, counter key, limit and window; the grant's
-/// bound (`NULL` for checks); the settings.
+/// cost, and GCRA's increment and tolerance (whole microseconds and
+/// remainder); the carry sources ([`Sources`]); the grant's bound (`NULL`
+/// for checks); the settings.
 const CHECK_COUNTERS: &str = "\
 SELECT r_outcome, r_carried, r_granted, r_used, r_expires_us, r_latest, r_counts, r_ahead_us, \
 r_ahead_rem, r_now_us, r_version \
 FROM runlimit_check_counters($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
-$16, $17, $18, $19, $20) ORDER BY r_index";
+$16) ORDER BY r_index";
 
 /// Decides `checks` (any algorithms, carrying or not) in one statement.
 pub(crate) async fn decide<P: Policy>(
@@ -106,14 +104,14 @@ pub(crate) async fn grant<P: Policy>(
     Ok((granted, decided(check, row, Some(granted), &sources, full)?))
 }
 
-/// Sends the statement: its rows, in batch order, and the kind of each
-/// carry source it listed.
+/// Sends the statement: its rows, in batch order, and the sources it
+/// listed.
 async fn run<P: Policy>(
     connection: &mut PgConnection,
     checks: &[Check<'_, P>],
     up_to: Option<u64>,
     config: &PostgresConfig,
-) -> Result<(Vec<PgRow>, Vec<CarriedFrom>), sqlx::Error> {
+) -> Result<(Vec<PgRow>, Sources), sqlx::Error> {
     let count = checks.len();
     let mut algorithms = Vec::with_capacity(count);
     let mut limits = Vec::with_capacity(count);
@@ -122,9 +120,7 @@ async fn run<P: Policy>(
     // GCRA's exact quantities (zero for the windows, which ignore them).
     let mut increments = (Vec::with_capacity(count), Vec::with_capacity(count));
     let mut tolerances = (Vec::with_capacity(count), Vec::with_capacity(count));
-    let mut carries = Vec::with_capacity(count);
-    let mut sources = Sources::default();
-    for (index, check) in (1..).zip(checks) {
+    for check in checks {
         let policy = check.policy().kind();
         let args = PolicyArgs::of(policy);
         algorithms.push(args.algorithm);
@@ -142,11 +138,8 @@ async fn run<P: Policy>(
         increments.1.push(as_i64(exact[0].1));
         tolerances.0.push(as_i64(exact[1].0));
         tolerances.1.push(as_i64(exact[1].1));
-        carries.push(check.carries());
-        for source in check.carry_sources() {
-            sources.push(index, &source);
-        }
     }
+    let sources = Sources::of(checks);
     let rows = sqlx::query(CHECK_COUNTERS)
         .bind(algorithms)
         .bind(counter_keys(checks))
@@ -158,40 +151,57 @@ async fn run<P: Policy>(
         .bind(increments.1)
         .bind(tolerances.0)
         .bind(tolerances.1)
-        .bind(carries)
-        .bind(sources.checks)
-        .bind(sources.algorithms)
-        .bind(sources.keys)
-        .bind(sources.limits)
-        .bind(sources.windows)
+        .bind(&sources.keys)
+        .bind(&sources.words)
         .bind(up_to.map(as_i64))
         .bind_settings(config)
         .fetch_all(connection)
         .await?;
-    Ok((rows, sources.from))
+    Ok((rows, sources))
 }
 
-/// The carry sources of a batch, as the statement's arrays.
-#[derive(Default)]
-struct Sources {
-    checks: Vec<i32>,
-    algorithms: Vec<i16>,
-    keys: Vec<Vec<u8>>,
-    limits: Vec<i64>,
-    windows: Vec<i64>,
+/// The carry sources of a batch's checks, as the functions take them: each
+/// source's counter key, and four numbers each (the check it belongs to,
+/// 1-based, then its policy's [`PolicyArgs`]), in the order they are read.
+#[derive(Debug, Default)]
+pub(crate) struct Sources {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) words: Vec<i64>,
+    /// What kind of source each is, for observers.
     from: Vec<CarriedFrom>,
 }
 
 impl Sources {
-    /// Lists `source`, of the check at `check` (1-based).
-    fn push(&mut self, check: i32, source: &CarrySource<'_>) {
+    /// The sources of every check of `checks` whose counter carries.
+    pub(crate) fn of<P: Policy>(checks: &[Check<'_, P>]) -> Self {
+        let mut sources = Self::default();
+        for (index, check) in (1..).zip(checks) {
+            for source in check.carry_sources() {
+                sources.push(index, &source);
+            }
+        }
+        sources
+    }
+
+    fn push(&mut self, check: i64, source: &CarrySource<'_>) {
         let args = PolicyArgs::of(source.policy());
-        self.checks.push(check);
-        self.algorithms.push(args.algorithm);
         self.keys.push(source.counter().to_bytes().to_vec());
-        self.limits.push(args.limit);
-        self.windows.push(args.window_us);
+        self.words
+            .extend([check, i64::from(args.algorithm), args.limit, args.window_us]);
         self.from.push(source.from());
+    }
+
+    /// The kind of the source a reply names (its 1-based index; `None` or
+    /// 0 for none).
+    pub(crate) fn carried(&self, index: Option<i64>) -> Result<Option<CarriedFrom>, sqlx::Error> {
+        match index.filter(|&index| index > 0) {
+            None => Ok(None),
+            Some(index) => usize::try_from(index - 1)
+                .ok()
+                .and_then(|index| self.from.get(index).copied())
+                .map(Some)
+                .ok_or_else(|| sqlx::Error::Protocol("an unknown carry source".to_owned())),
+        }
     }
 }
 
@@ -202,26 +212,11 @@ fn decided<P: Policy>(
     check: &Check<'_, P>,
     row: &PgRow,
     granted: Option<u64>,
-    sources: &[CarriedFrom],
+    sources: &Sources,
     full: &FullCounters,
 ) -> Result<Decided, sqlx::Error> {
     let outcome: i16 = row.try_get(0)?;
-    if outcome == OUTCOME_CARRY {
-        // Every carrying check was sent with its sources.
-        return Err(sqlx::Error::Protocol(
-            "a carry was asked for with its sources given".to_owned(),
-        ));
-    }
-    let carried = match row.try_get::<Option<i32>, _>(1)? {
-        Some(index) => Some(
-            usize::try_from(index)
-                .ok()
-                .and_then(|index| sources.get(index.checked_sub(1)?))
-                .copied()
-                .ok_or_else(|| sqlx::Error::Protocol("an unknown carry source".to_owned()))?,
-        ),
-        None => None,
-    };
+    let carried = sources.carried(row.try_get::<Option<i32>, _>(1)?.map(i64::from))?;
     let cost = granted.map_or(check.cost(), |units| units.max(check.cost()));
     let retyped = |error| sqlx::Error::Decode(Box::new(error));
     let now_us: i64 = row.try_get(9)?;

@@ -27,10 +27,9 @@ use sqlx::{
 
 use crate::{
     batch, carry,
-    carry::OUTCOME_CARRY,
     config::PostgresConfig,
     connections::{Connections, Held, TakeError},
-    counters,
+    counters::{self, Sources},
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
     full_counters::FullCounters,
     migrate::migrate,
@@ -57,10 +56,10 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     #[doc(hidden)]
     const ISSUER: &'static str;
 
-    /// Decides every check in one statement (two when a counter carries
-    /// another's state; see the `carry` module) and returns one decision
-    /// per check, in input order, with what a receipt needs, having changed
-    /// nothing unless every check was allowed (but carried states).
+    /// Decides every check in one statement (carrying the state of counters
+    /// that carry; see the `carry` module) and returns one decision per
+    /// check, in input order, with what a receipt needs, having changed
+    /// nothing unless every check was allowed (carried states excepted).
     ///
     /// `full` remembers counters recent replies found full, for the policies
     /// whose batches it routes.
@@ -773,18 +772,24 @@ impl PgPolicy for FixedWindowPolicy {
         let window_us =
             |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
         let cost = |check: &Check<'_, Self>| as_i64(check.cost());
-        // A counter that may carry another's state takes the same statements
-        // with fallbacks that reply "carry needed" rather than start it
-        // fresh (see the `carry` module).
+        // Counters that may carry another's state take the same statements,
+        // with their carry sources for fallbacks that carry (see the `carry`
+        // module).
         let carrying = checks.iter().any(Check::carries);
         if carrying && checks.len() > batch::MAX_CHECKS {
             return counters::decide(connection, checks, config, full).await;
         }
-        // Each check's outcome, count, window expiry and clock sample.
-        let rows: Vec<(i16, i64, i64, i64)> = if let [check] = checks {
+        let sources = if carrying {
+            Sources::of(checks)
+        } else {
+            Sources::default()
+        };
+        // Each check's outcome, count, window expiry and clock sample, and
+        // the source it carried from.
+        let rows: Vec<((i16, i64, i64, i64), i64)> = if let [check] = checks {
             // One check: a statement that admits it by updating its row in
             // place, or else calls the function of one row.
-            let row = sqlx::query(if carrying {
+            let mut query = sqlx::query(if carrying {
                 CHECK_LIVE_FIXED_WINDOW
             } else {
                 CHECK_FIXED_WINDOW
@@ -794,15 +799,21 @@ impl PgPolicy for FixedWindowPolicy {
             .bind(limit(check))
             .bind(window_us(check))
             .bind(cost(check))
-            .bind_settings(config)
-            .fetch_one(&mut *connection)
-            .await?;
-            let outcome: i16 = row.try_get(0)?;
-            if outcome == OUTCOME_CARRY {
-                return counters::decide(connection, checks, config, full).await;
+            .bind_settings(config);
+            if carrying {
+                query = query.bind(&sources.keys).bind(&sources.words);
             }
+            let row = query.fetch_one(connection).await?;
             let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
-            vec![(outcome, row.try_get(1)?, expires_us, now_us)]
+            let carried = if carrying {
+                row.try_get::<Option<i32>, _>(4)?.map_or(0, i64::from)
+            } else {
+                0
+            };
+            vec![(
+                (row.try_get(0)?, row.try_get(1)?, expires_us, now_us),
+                carried,
+            )]
         } else if checks.len() <= batch::MAX_CHECKS {
             // A small batch: a statement that admits it by updating its rows
             // in place, or else settles it; a batch naming a counter found
@@ -834,13 +845,9 @@ impl PgPolicy for FixedWindowPolicy {
             }
             query = query.bind_settings(config);
             if carrying {
-                query = query.bind(checks.iter().map(Check::carries).collect::<Vec<_>>());
+                query = query.bind(&sources.keys).bind(&sources.words);
             }
-            let rows = batch::replies(&query.fetch_all(&mut *connection).await?, checks.len())?;
-            if carrying && rows.iter().any(|row| row.0 == OUTCOME_CARRY) {
-                return counters::decide(connection, checks, config, full).await;
-            }
-            rows
+            batch::replies(&query.fetch_all(connection).await?, checks.len(), carrying)?
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -855,13 +862,19 @@ impl PgPolicy for FixedWindowPolicy {
             .fetch_all(connection)
             .await?
             .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?)))
+            .map(|row| {
+                let reply = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+                Ok((reply, 0))
+            })
             .collect::<Result<_, sqlx::Error>>()?
         };
         checks
             .iter()
             .zip(rows)
-            .map(|(check, row)| fixed_window_decided(check, row, full))
+            .map(|(check, (reply, carried))| {
+                Ok(fixed_window_decided(check, reply, full)?
+                    .carried(sources.carried(Some(carried))?))
+            })
             .collect()
     }
 
@@ -1034,33 +1047,39 @@ impl PgPolicy for GcraPolicy {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
         // A counter that may carry another's state: the single check's
-        // function for live counters (bound with the same parameters, of
-        // which it takes no lock id or capacity), which replies "carry
-        // needed" for the others; batches go to the function of every
+        // function taking its carry sources too (and what a new counter's
+        // general path takes); batches go to the function of every
         // algorithm.
         let carrying = checks.iter().any(Check::carries);
+        let mut sources = Sources::default();
         let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
-            vec![
-                sqlx::query(if carrying {
-                    "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
-                     FROM runlimit_check_live_gcra_counter($1, $3, $4, $5, $6, $7, $9, $10)"
-                } else {
-                    "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
-                     FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-                })
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(as_i64(one.quota))
-                .bind(as_i64(one.increment.whole))
-                .bind(as_i64(one.increment.remainder))
-                .bind(as_i64(one.tolerance.whole))
-                .bind(as_i64(one.tolerance.remainder))
-                .bind_settings(config)
-                .fetch_one(&mut *connection)
-                .await?,
-            ]
+            let mut query = sqlx::query(if carrying {
+                "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version, r_carried \
+                 FROM runlimit_check_live_gcra_counter(\
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+            } else {
+                "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+                 FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(as_i64(one.quota))
+            .bind(as_i64(one.increment.whole))
+            .bind(as_i64(one.increment.remainder))
+            .bind(as_i64(one.tolerance.whole))
+            .bind(as_i64(one.tolerance.remainder))
+            .bind_settings(config);
+            if carrying {
+                sources = Sources::of(checks);
+                query = query
+                    .bind(as_i64(check.policy().period_millis().saturating_mul(1_000)))
+                    .bind(as_i64(check.cost()))
+                    .bind(&sources.keys)
+                    .bind(&sources.words);
+            }
+            vec![query.fetch_one(connection).await?]
         } else if carrying {
             return counters::decide(connection, checks, config, full).await;
         } else {
@@ -1076,17 +1095,17 @@ impl PgPolicy for GcraPolicy {
             .bind(column(|check| check.tolerance.whole))
             .bind(column(|check| check.tolerance.remainder))
             .bind_settings(config)
-            .fetch_all(&mut *connection)
+            .fetch_all(connection)
             .await?
         };
-        if carrying && carry::needed(&rows)? {
-            return counters::decide(connection, checks, config, full).await;
-        }
         checks
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| gcra_decided(check, exact, &GcraReply::read(&row, 0)?))
+            .map(|((check, row), exact)| {
+                Ok(gcra_decided(check, exact, &GcraReply::read(&row, 0)?)?
+                    .carried(carried_from(&row, 5, carrying, &sources)?))
+            })
             .collect()
     }
 
@@ -1215,6 +1234,19 @@ impl PgPolicy for GcraPolicy {
     }
 }
 
+/// The source a carrying single check's reply names in `column`.
+fn carried_from(
+    row: &PgRow,
+    column: usize,
+    carrying: bool,
+    sources: &Sources,
+) -> Result<Option<CarriedFrom>, sqlx::Error> {
+    if !carrying {
+        return Ok(None);
+    }
+    sources.carried(row.try_get::<Option<i32>, _>(column)?.map(i64::from))
+}
+
 /// What a GCRA function replies for one check: outcome, how far ahead of
 /// now the arrival time lies, the clock sample and the row's version.
 pub(crate) struct GcraReply {
@@ -1295,11 +1327,10 @@ impl PgPolicy for SlidingWindowPolicy {
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
         // A counter that may carry another's state: the single check's
-        // function for live counters (bound with the same parameters, of
-        // which it takes no lock id or capacity), which replies "carry
-        // needed" for the others; batches go to the function of every
-        // algorithm.
+        // function taking its carry sources too; batches go to the function
+        // of every algorithm.
         let carrying = checks.iter().any(Check::carries);
+        let mut sources = Sources::default();
         let rows = if let ([check], [limit], [sub_window], [cost]) = (
             checks,
             limits.as_slice(),
@@ -1308,23 +1339,24 @@ impl PgPolicy for SlidingWindowPolicy {
         ) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
-            vec![
-                sqlx::query(if carrying {
-                    "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
-                     FROM runlimit_check_live_sliding_window($1, $3, $4, $5, $7, $8)"
-                } else {
-                    "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
-                     FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)"
-                })
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(*limit)
-                .bind(*sub_window)
-                .bind(*cost)
-                .bind_settings(config)
-                .fetch_one(&mut *connection)
-                .await?,
-            ]
+            let mut query = sqlx::query(if carrying {
+                "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version, r_carried \
+                 FROM runlimit_check_live_sliding_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            } else {
+                "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+                 FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)"
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(*limit)
+            .bind(*sub_window)
+            .bind(*cost)
+            .bind_settings(config);
+            if carrying {
+                sources = Sources::of(checks);
+                query = query.bind(&sources.keys).bind(&sources.words);
+            }
+            vec![query.fetch_one(connection).await?]
         } else if carrying {
             return counters::decide(connection, checks, config, full).await;
         } else {
@@ -1338,18 +1370,18 @@ impl PgPolicy for SlidingWindowPolicy {
             .bind(sub_windows)
             .bind(costs)
             .bind_settings(config)
-            .fetch_all(&mut *connection)
+            .fetch_all(connection)
             .await?
         };
-        if carrying && carry::needed(&rows)? {
-            return counters::decide(connection, checks, config, full).await;
-        }
         checks
             .iter()
             .zip(rows)
             .zip(&exact)
             .map(|((check, row), exact)| {
-                sliding_window_decided(check, exact, &SlidingReply::read(&row, 0)?)
+                Ok(
+                    sliding_window_decided(check, exact, &SlidingReply::read(&row, 0)?)?
+                        .carried(carried_from(&row, 5, carrying, &sources)?),
+                )
             })
             .collect()
     }

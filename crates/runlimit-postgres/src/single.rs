@@ -46,10 +46,11 @@
 //! the fallback function resolve through the caller's `search_path`, as the
 //! function name always did.
 
-// The in-place statement with `$fallback` deciding what the update leaves;
-// its text is written once for every fallback.
+// The in-place statement with `$fallback` deciding what the update leaves,
+// and `$columns` after the four every reply has: its text is written once
+// for every fallback.
 macro_rules! in_place_check {
-    ($fallback:literal) => {
+    ($fallback:literal, $admitted_columns:literal, $fallback_columns:literal) => {
         concat!(
             "\
 WITH admitted AS (
@@ -63,13 +64,17 @@ WITH admitted AS (
             OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
     RETURNING w.used::bigint AS used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
 )
-SELECT 0::smallint, a.used, a.window_expires_at, a.now FROM admitted AS a
+SELECT 0::smallint, a.used, a.window_expires_at, a.now",
+            $admitted_columns,
+            " FROM admitted AS a
 UNION ALL
 SELECT
     (s.f).r_outcome,
     (s.f).r_used,
     'epoch'::timestamptz + (s.f).r_expires_us * interval '1 microsecond',
-    'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'
+    'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'",
+            $fallback_columns,
+            "
 FROM (
     SELECT ",
             $fallback,
@@ -95,18 +100,24 @@ FROM (
 /// returns the count as a plain `bigint` (the column's type is a domain over
 /// it), so the admitted branch has the union's column types
 /// and PostgreSQL scans it without a projection node of its own.
-pub(crate) const CHECK_FIXED_WINDOW: &str =
-    in_place_check!("runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)");
+pub(crate) const CHECK_FIXED_WINDOW: &str = in_place_check!(
+    "runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)",
+    "",
+    ""
+);
 
-/// The statement of [`CHECK_FIXED_WINDOW`]'s shape for a check whose
-/// counter carries (see the `carry` module): the same update, and for
-/// anything else `runlimit_check_live_fixed_window`, which decides a check
-/// of a live window as `runlimit_check_fixed_window` does and replies
-/// outcome 3 ("carry needed", nothing written) for a counter without one.
-/// The same parameters; the fallback reads the key, limit, cost, lock
-/// timeout and durability.
-pub(crate) const CHECK_LIVE_FIXED_WINDOW: &str =
-    in_place_check!("runlimit_check_live_fixed_window($1, $3, $5, $7, $8)");
+/// [`CHECK_FIXED_WINDOW`] for a check whose counter carries (see the
+/// `carry` module): the same update, which admits a live window in place,
+/// and for anything else `runlimit_check_live_fixed_window`, which decides
+/// as `runlimit_check_fixed_window` does, carrying the state of a counter
+/// without a live window from its sources. The same parameters, then the
+/// sources (`$9` their keys, `$10` four numbers each); one more column, the
+/// source carried from (`NULL` for none).
+pub(crate) const CHECK_LIVE_FIXED_WINDOW: &str = in_place_check!(
+    "runlimit_check_live_fixed_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    ", NULL::integer",
+    ",\n    (s.f).r_carried"
+);
 
 /// Microseconds since the Unix epoch, read exactly from a `timestamptz`
 /// column, which PostgreSQL's binary format sends as microseconds since

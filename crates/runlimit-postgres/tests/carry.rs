@@ -129,6 +129,95 @@ async fn rotation<P>(
     assert_eq!(decision.remaining(), Some(policy.capacity() - 1));
 }
 
+#[tokio::test]
+async fn an_expired_counter_carries_again_while_its_source_holds_state() {
+    let Some(schema) = common::schema("carry_again").await else {
+        return;
+    };
+    let windows =
+        PostgresLimiter::<FixedWindowPolicy>::new(schema.migrated_pool(2).await, config());
+    let time = common::ShiftTime { schema: &schema };
+    // Four units spent of an old policy of two hours; the new one holds six
+    // per hour, so its carried window ends an hour before the old one's.
+    let old = fixed("again.fixed", 4, 2 * HOUR);
+    let new = fixed("again.fixed", 6, HOUR)
+        .continuing(&old)
+        .expect("lineage");
+    again(
+        &windows,
+        &time,
+        &old,
+        &new,
+        HOUR + Duration::from_secs(60),
+        [1, 1, 5],
+    )
+    .await;
+    // Sliding windows, shifted by whole eighths of both windows.
+    let old = sliding("again.sliding", 4, 2 * HOUR);
+    let new = sliding("again.sliding", 6, HOUR)
+        .continuing(&old)
+        .expect("lineage");
+    let sliding_limiter: PostgresLimiter<SlidingWindowPolicy> = windows.for_policy();
+    again(
+        &sliding_limiter,
+        &time,
+        &old,
+        &new,
+        Duration::from_secs(75 * 60),
+        [1, 1, 5],
+    )
+    .await;
+    // GCRA: four periods of two hours in flight, carried as four of one;
+    // after five hours the old arrival time is still three hours ahead, two
+    // old periods rounded up.
+    let old = gcra("again.gcra", 1, 2 * HOUR, 4);
+    let new = gcra("again.gcra", 1, HOUR, 6)
+        .continuing(&old)
+        .expect("lineage");
+    let gcra_limiter: PostgresLimiter<GcraPolicy> = windows.for_policy();
+    again(
+        &gcra_limiter,
+        &time,
+        &old,
+        &new,
+        5 * HOUR + Duration::from_secs(60),
+        [1, 3, 5],
+    )
+    .await;
+}
+
+/// Spends `old`, checks `new` (carrying), lets `shift` pass (the new
+/// counter's state ends, the old one's does not) and checks `new` again,
+/// which carries again; then, once both have ended, starts fresh. The
+/// units `remaining` after each of the three checks.
+async fn again<P>(
+    limiter: &PostgresLimiter<P>,
+    time: &common::ShiftTime<'_>,
+    old: &P,
+    new: &P,
+    shift: Duration,
+    remaining: [u64; 3],
+) where
+    P: PgPolicy,
+    PostgresLimiter<P>: Limiter<Policy = P, Error = CheckError>,
+{
+    let subject = common::key(9, 9);
+    assert_eq!(spend(limiter, old, subject).await, 4);
+    let check = Check::new(new, subject);
+    let first = limiter.check(&check).await.expect("check");
+    assert_eq!(first.remaining(), Some(remaining[0]), "{new:?}: carried");
+    time.advance_now(shift).await;
+    let again = limiter.check(&check).await.expect("check");
+    assert_eq!(
+        again.remaining(),
+        Some(remaining[1]),
+        "{new:?}: carried again"
+    );
+    time.advance_now(4 * HOUR).await;
+    let fresh = limiter.check(&check).await.expect("check");
+    assert_eq!(fresh.remaining(), Some(remaining[2]), "{new:?}: fresh");
+}
+
 /// Counts carry observations.
 #[derive(Debug, Default)]
 struct Carries(AtomicUsize);
