@@ -199,9 +199,12 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
     (in_place, settle_only)
 }
 
-/// Each check's outcome, count, window expiry and clock sample (the last two
-/// in microseconds since the Unix epoch), and the carry source it carried
-/// from (1-based; 0 for none), in batch order, from the rows of
+/// A fixed-window check's outcome, count, window expiry and clock sample
+/// (the last two in microseconds since the Unix epoch).
+pub(crate) type Reply = (i16, i64, i64, i64);
+
+/// Each check's [`Reply`], and the carry source it carried from (1-based;
+/// 0 for none), in batch order, from the rows of
 /// [`statement`] or [`settle_statement`] for `checks` checks.
 ///
 /// # Errors
@@ -211,7 +214,7 @@ pub(crate) fn replies(
     rows: &[PgRow],
     checks: usize,
     carrying: bool,
-) -> Result<Vec<((i16, i64, i64, i64), i64)>, sqlx::Error> {
+) -> Result<Vec<(Reply, i64)>, sqlx::Error> {
     let malformed = || sqlx::Error::Decode("a batch reply of an unexpected shape".into());
     // Flat: (outcome, used, expiry) per check, and the source carried from
     // when the batch carries, then the clock sample.

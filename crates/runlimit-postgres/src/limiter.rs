@@ -786,7 +786,7 @@ impl PgPolicy for FixedWindowPolicy {
         };
         // Each check's outcome, count, window expiry and clock sample, and
         // the source it carried from.
-        let rows: Vec<((i16, i64, i64, i64), i64)> = if let [check] = checks {
+        let rows: Vec<(batch::Reply, i64)> = if let [check] = checks {
             // One check: a statement that admits it by updating its row in
             // place, or else calls the function of one row.
             let mut query = sqlx::query(if carrying {
