@@ -101,31 +101,33 @@
 //! each is read in its own table, on the database's clock, as last
 //! committed, and never changed.
 //!
-//! What it costs: a check of a subject whose counter holds live state costs
-//! what it costs without a lineage, one round trip and the same statement:
-//! a single fixed-window check's in-place `UPDATE` (and a small batch's),
-//! with `runlimit_check_live_fixed_window` (`runlimit_settle_live_fixed_windows`)
-//! deciding what the update leaves, and for GCRA and sliding windows the
-//! live forms of their row-lock functions. When the counter holds no live
-//! state, that statement changes nothing and answers "carry needed", and the
-//! limiter sends `runlimit_check_counters` with the counter's sources, which
-//! locks the counters, reads the sources, translates the first holding live
-//! state exactly as the core does, stores it (even for a denial, so the
-//! subject pays for its carry once: carrying is not consuming) and decides
-//! the check: **one extra round trip, once per subject**, and again when a
-//! counter's state has expired while the lineage or previous secret is
-//! still configured. (A counter with nothing to carry is stored by its first
-//! admission, so in a batch that another check keeps denying it pays the
-//! extra round trip each time.) Batches decided by the general functions
-//! (GCRA and sliding-window batches, fixed-window batches of more than eight
-//! checks) and grants send their sources with the batch, in their one round
-//! trip. Concurrent first checks of one subject carry once: the carrying
-//! statement takes the counter's locks and finds the state the first one
-//! stored. A peek reads the counter and its sources in one read-only
-//! statement; a reset deletes the counter and every source in one
-//! (`runlimit_reset_counters`), so nothing is carried again. Drop the
-//! lineage and the previous secret once the predecessor's longest window has
-//! passed.
+//! What it costs: **no extra round trip**. A check whose counter may carry
+//! takes the statement it takes without a lineage, with its carry sources
+//! as two more parameters (their counter keys, and four numbers each) that
+//! only the statement's fallback reads: a single fixed-window check's
+//! in-place `UPDATE` (and a small batch's) still admits a live window with
+//! room, with `runlimit_check_live_fixed_window`
+//! (`runlimit_settle_live_fixed_windows`) deciding what it leaves; GCRA and
+//! sliding windows take the live forms of their row-lock functions. A
+//! subject whose counter holds live state pays what any check pays. When the
+//! counter holds none, the fallback reads the sources, translates the first
+//! holding live state exactly as the core does, stores it (even for a
+//! denial: carrying is not consuming, so an attacker at the limit carries
+//! once) and decides the check, in the same round trip: under the row's
+//! lock when the counter has a row, and through `runlimit_check_counters`,
+//! with the advisory lock and capacity of a new row, when it has none. A
+//! counter whose state has ended while a source still holds state carries
+//! again, so carried usage is released no earlier than the source releases
+//! it. Batches decided by the general functions (GCRA and sliding-window
+//! batches, fixed-window batches of more than eight checks) and grants go
+//! to `runlimit_check_counters` with their sources. Concurrent first checks
+//! of one subject carry once: the counter's locks order them, and the later
+//! ones find the state the first one stored. A peek reads the counter and
+//! its sources in one read-only statement; a reset deletes the counter and
+//! every source in one (`runlimit_reset_counters`), so nothing is carried
+//! again. Drop the lineage and the previous secret once the predecessor's
+//! longest window has passed: until then each source is read whenever a
+//! counter has no live state.
 //!
 //! # Every algorithm in one limiter
 //!

@@ -146,8 +146,8 @@ impl Decided {
 /// `PostgresLimiter<AnyPolicy>` checks all three, and decides a batch that
 /// mixes them in one statement, all admitted or none consumed. Counters whose
 /// policy continues from a predecessor, or whose subject key keeps a previous
-/// secret's, carry their state on a subject's first check (one extra round
-/// trip, once); see the crate documentation.
+/// secret's, carry their state on a subject's first check, in its one round
+/// trip; see the crate documentation.
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
     connections: Arc<Connections>,
     config: PostgresConfig,
