@@ -4,7 +4,8 @@
 //! statements of one algorithm cannot decide: a batch that mixes algorithms
 //! (a limiter of [`AnyPolicy`](runlimit_core::AnyPolicy) checks), and
 //! batches and grants whose counters may carry another counter's state (see
-//! the `carry` module). It takes each check's policy in the same few numbers
+//! the `carry` module), and, called by the functions of single carrying
+//! checks, such a check's counter without a row. It takes each check's policy in the same few numbers
 //! whatever its algorithm ([`PolicyArgs`]), and each carry source with its
 //! own policy ([`Sources`]), and decides the batch atomically across the
 //! three counter tables: advisory locks, rows, one sample of the database's
