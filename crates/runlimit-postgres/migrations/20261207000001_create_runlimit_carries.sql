@@ -217,9 +217,9 @@ $$;
 -- It takes the advisory locks, then each counter's row under its lock, and
 -- samples the clock once. A counter without live state with sources starts
 -- from the first of them holding live state (runlimit_carried). Every check
--- is decided against its starting state; new
--- rows (carried states, and counters of allowed checks) claim capacity in
--- one pass over the tables in ledger order. If every check is allowed,
+-- is decided against its starting state; new rows (carried states, and
+-- counters of allowed checks) claim capacity in one pass over the tables in
+-- ledger order. If every check is allowed,
 -- every state is written; otherwise only the carried states are (a carried
 -- state refused for capacity is not, and its check, if it would have been
 -- allowed, is refused for capacity).
