@@ -8,8 +8,11 @@
 //! `runlimit-memory`'s `MemoryStore`, `SlidingWindowStore` and `GcraStore`,
 //! proven by the same conformance suite. The functions of the three share one
 //! prologue (settings, advisory locks in order, the clock), the capacity rule,
-//! cleanup and reset.
+//! cleanup and reset. [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) checks
+//! policies of all three algorithms, chosen per check (see
+//! [Every algorithm in one limiter](#every-algorithm-in-one-limiter)).
 //!
+//! [`AnyPolicy`]: runlimit_core::AnyPolicy
 //! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
 //! [`GcraPolicy`]: runlimit_core::GcraPolicy
 //! [`SlidingWindowPolicy`]: runlimit_core::SlidingWindowPolicy
@@ -86,6 +89,62 @@
 //! function directly, so repeated denials write nothing; the limiter
 //! remembers such counters in a fixed table of 1,024 slots, which only
 //! chooses the statement, never the decision.
+//!
+//! # Changing policies and rotating secrets
+//!
+//! A policy built `continuing` from the policy it replaces, and a
+//! [`KeyHasher`](runlimit_core::KeyHasher) keeping the previous secret, carry
+//! a subject's state into the new counter the first time the subject is
+//! checked (see [`runlimit_core::carry`] for the translation and its bound),
+//! on PostgreSQL as in memory: an attacker at the limit before a deploy or a
+//! rotation is still denied after it. The sources may be of any algorithm;
+//! each is read in its own table, on the database's clock, as last
+//! committed, and never changed.
+//!
+//! What it costs: **no extra round trip**. A check whose counter may carry
+//! takes the statement it takes without a lineage, with its carry sources
+//! as two more parameters (their counter keys, and four numbers each) that
+//! only the statement's fallback reads: a single fixed-window check's
+//! in-place `UPDATE` (and a small batch's) still admits a live window with
+//! room, with `runlimit_check_live_fixed_window`
+//! (`runlimit_settle_live_fixed_windows`) deciding what it leaves; GCRA and
+//! sliding windows take the live forms of their row-lock functions. A
+//! subject whose counter holds live state pays what any check pays. When the
+//! counter holds none, the fallback reads the sources, translates the first
+//! holding live state exactly as the core does, stores it (even for a
+//! denial: carrying is not consuming, so an attacker at the limit carries
+//! once) and decides the check, in the same round trip: under the row's
+//! lock when the counter has a row, and through `runlimit_check_counters`,
+//! with the advisory lock and capacity of a new row, when it has none. A
+//! counter whose state has ended while a source still holds state carries
+//! again, so carried usage is released no earlier than the source releases
+//! it. Batches decided by the general functions (GCRA and sliding-window
+//! batches, fixed-window batches of more than eight checks) and grants go
+//! to `runlimit_check_counters` with their sources. Concurrent first checks
+//! of one subject carry once: the counter's locks order them, and the later
+//! ones find the state the first one stored. A peek reads the counter and
+//! its sources in one read-only statement; a reset deletes the counter and
+//! every source in one (`runlimit_reset_counters`), so nothing is carried
+//! again. Drop the lineage and the previous secret once the predecessor's
+//! longest window has passed: until then each source is read whenever a
+//! counter has no live state.
+//!
+//! # Every algorithm in one limiter
+//!
+//! [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) (also through
+//! [`for_policy`](PostgresLimiter::for_policy)) takes checks of fixed
+//! windows, sliding windows and GCRA alike, for configurations that choose
+//! the algorithm per rule. A check, and a batch of one algorithm, take that
+//! algorithm's statements at their cost. A batch that mixes algorithms is one
+//! statement, `runlimit_check_counters`, atomic across the three tables: it
+//! takes every counter's advisory lock in the global order, then the rows,
+//! then capacity in one pass over the tables in the ledger's order, decides
+//! every check on one clock sample, and consumes all or nothing. A receipt
+//! of a mixed batch is refunded in one statement (`runlimit_refund_counters`)
+//! that takes every lock first, then runs each algorithm's refund; its
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired) shares its bound
+//! among the three tables. Carries between algorithms (a fixed window
+//! replaced by GCRA, say) work as above.
 //!
 //! # Refund, peek and reset
 //!
@@ -286,9 +345,12 @@
 //! HMAC secret; readiness checks should verify the database a fail-closed path
 //! depends on.
 
+mod any;
 mod batch;
+mod carry;
 mod config;
 mod connections;
+mod counters;
 mod error;
 mod full_counters;
 mod limiter;

@@ -27,7 +27,8 @@ pub struct SchemaMigration {
 /// that vendor it as their own migrations instead of calling [`migrate`]:
 /// first what every counter table shares (column domains, the capacity
 /// ledger, the steps every function runs), then one migration per algorithm
-/// with its table and functions. These are the migrations [`migrate`] and
+/// with its table and functions, then the functions of carries and of
+/// checks of any algorithm. These are the migrations [`migrate`] and
 /// [`MIGRATOR`] apply; from 0.1.0 on they never change, and later schema
 /// changes arrive as further entries.
 ///
@@ -56,6 +57,11 @@ pub const SCHEMA: &[SchemaMigration] = &[
         version: 20261201000004,
         description: "create runlimit sliding windows",
         sql: include_str!("../migrations/20261201000004_create_runlimit_sliding_windows.sql"),
+    },
+    SchemaMigration {
+        version: 20261207000001,
+        description: "create runlimit carries",
+        sql: include_str!("../migrations/20261207000001_create_runlimit_carries.sql"),
     },
 ];
 
