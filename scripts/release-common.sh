@@ -17,6 +17,7 @@ RELEASE_CRATES=(
     runlimit-axum
     runlimit-client
     runlimit-sim
+    runlimit-server
 )
 
 log() { echo "==> $*"; }

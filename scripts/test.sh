@@ -150,6 +150,8 @@ cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin sliding_window
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
     --target-dir "$external_target_dir" --bin topology
+cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \
+    --target-dir "$external_target_dir" --bin changing_policies
 # The README's layer example served over TCP (unknown paths 404, a login
 # admitted then 429), and its testing section's test.
 cargo run --quiet --manifest-path smoke/external-consumer/Cargo.toml --locked \

@@ -15,6 +15,8 @@
 //! * [`Lifecycle`] beside it: refunds (through move-only [`Receipt`]s, and in
 //!   part with [`Settle`]), peeks
 //!   and resets; and [`Backend`], where a backend keeps counters ([`Storage`]);
+//! * [`Maintain`] beside it too: the periodic upkeep a backend needs (expired
+//!   rows deleted, idle leases given back), one round at a time;
 //! * [`Observer`]s for privacy-preserving operational telemetry.
 //!
 //! HTTP field encoding lives in `runlimit-http` and the Tower/Axum admission layer
@@ -95,6 +97,7 @@ pub mod key;
 mod lifecycle;
 mod limiter;
 mod lineage;
+mod maintenance;
 mod observation;
 pub mod observers;
 pub mod policy;
@@ -116,6 +119,7 @@ pub use lifecycle::{
 };
 pub use limiter::Limiter;
 pub use lineage::{AnyPolicy, PolicyKind};
+pub use maintenance::{Maintain, MaintenanceFailure, MaintenanceReport};
 pub use observation::{
     AdmissionObservation, AdmissionOutcome, AdmissionReporter, CapacityObservation, CarriedFrom,
     CarryObservation, CleanupObservation, Consumption, Observer, Operation, PolicyLabel, notify,

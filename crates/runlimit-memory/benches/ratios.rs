@@ -7,6 +7,10 @@
 //!   hot key of each algorithm;
 //! - a sliding-window check against a fixed-window check, on a hot key and
 //!   on 100k random stored keys;
+//! - a check of a subject already carried across a change of policy, and one
+//!   whose key carries its key under a previous secret, against the same
+//!   check of a policy without a predecessor, on a hot key and on 100k random
+//!   stored keys, for each algorithm;
 //! - every check path against governor's keyed limiter (digest keys): a hot
 //!   key allowed and denied on one thread and on two sharing it, 100k random
 //!   keys on one and two threads, and a flood of keys never seen before; and
@@ -19,7 +23,7 @@
 //! two sides and reports the median ratio over the rounds.
 //!
 //! Run with `cargo bench -p runlimit-memory --bench ratios` (add `-- batch`,
-//! `-- scaling`, `-- lifecycle`, `-- sliding` or `-- governor` for one part); it prints each round's
+//! `-- scaling`, `-- lifecycle`, `-- sliding`, `-- carry` or `-- governor` for one part); it prints each round's
 //! nanoseconds and ratio, then the medians.
 #![allow(missing_docs)]
 
@@ -238,6 +242,9 @@ fn main() {
     }
     if wanted("sliding") {
         sliding();
+    }
+    if wanted("carry") {
+        carry();
     }
     if wanted("governor") {
         against_governor();
@@ -744,4 +751,150 @@ fn against_governor() {
 /// A path's name, built once per benchmark run.
 fn leak(name: String) -> &'static str {
     Box::leak(name.into_boxed_str())
+}
+
+/// Checks of subjects already carried across a change against the same
+/// checks of a policy without a predecessor: the path a carried subject takes
+/// from its second check on, and a rotating hasher's key (which carries the
+/// previous secret's key too), on one hot key and on 100k stored keys.
+fn carry() {
+    let config = MemoryStoreConfig::new(4 * RANDOM_KEYS).expect("valid");
+    carry_of("fixed_window", &MemoryStore::new(config), fixed_policy);
+    carry_of(
+        "sliding_window",
+        &SlidingWindowStore::new(config),
+        sliding_policy,
+    );
+    carry_of("gcra", &GcraStore::new(config), |scope| {
+        runlimit_core::GcraPolicy::new(
+            runlimit_core::PolicyId::new("bench").expect("valid"),
+            runlimit_core::ScopeId::new(scope).expect("valid"),
+            runlimit_core::MAX_LIMIT,
+            std::time::Duration::from_secs(24 * 3_600),
+            runlimit_core::MAX_LIMIT,
+        )
+        .expect("valid")
+    });
+}
+
+fn carry_of<A: Algorithm>(name: &str, store: &Store<A>, policy: impl Fn(&str) -> A::Policy)
+where
+    A::Policy: Continuing,
+{
+    // The same limits under another scope for each contender, so each has
+    // counters of its own; the predecessor differs from the policy only in
+    // its (smaller) limit, which the carried policies raised.
+    let plain = policy("plain");
+    let changed = policy("changed").continuing_half();
+    let rotated = policy("rotated");
+    let keys: Vec<SubjectKey> = (0..RANDOM_KEYS as u64).map(subject).collect();
+    let rotating: Vec<SubjectKey> = keys
+        .iter()
+        .map(|key| key.with_previous(*subject(u64::MAX - u64::from(key.as_bytes()[0])).as_bytes()))
+        .collect();
+    // Every key stored (and carried) before timing.
+    for (key, rotating) in keys.iter().zip(&rotating) {
+        store.check(&Check::new(&plain, *key)).expect("ok");
+        store.check(&Check::new(&changed, *key)).expect("ok");
+        store.check(&Check::new(&rotated, *rotating)).expect("ok");
+    }
+    let order = random_indices(CALLS_PER_ROUND as usize);
+    let (mut hot_changed, mut hot_rotated, mut random_changed, mut random_rotated) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let timed = |policy: &A::Policy, keys: &[SubjectKey], hot: bool| {
+            let mut next = order.iter().copied().cycle();
+            per_call(|| {
+                let index = if hot { 0 } else { next.next().unwrap_or(0) };
+                black_box(
+                    store
+                        .check(black_box(&Check::new(policy, keys[index])))
+                        .expect("ok"),
+                );
+            })
+        };
+        let hot = [
+            timed(&plain, &keys, true),
+            timed(&changed, &keys, true),
+            timed(&rotated, &rotating, true),
+        ];
+        let random = [
+            timed(&plain, &keys, false),
+            timed(&changed, &keys, false),
+            timed(&rotated, &rotating, false),
+        ];
+        hot_changed.push(hot[1] / hot[0]);
+        hot_rotated.push(hot[2] / hot[0]);
+        random_changed.push(random[1] / random[0]);
+        random_rotated.push(random[2] / random[0]);
+        println!(
+            "round {round}, {name}: hot plain {:.1} ns, carried {:.1} ns ({:.3}x), rotated {:.1} ns \
+             ({:.3}x); random plain {:.1} ns, carried {:.1} ns ({:.3}x), rotated {:.1} ns ({:.3}x)",
+            hot[0],
+            hot[1],
+            hot[1] / hot[0],
+            hot[2],
+            hot[2] / hot[0],
+            random[0],
+            random[1],
+            random[1] / random[0],
+            random[2],
+            random[2] / random[0],
+        );
+    }
+    println!(
+        "median over {ROUNDS} rounds, {name}: hot carried / plain {:.3}x, rotated / plain {:.3}x; \
+         random carried / plain {:.3}x, rotated / plain {:.3}x",
+        median(&mut hot_changed),
+        median(&mut hot_rotated),
+        median(&mut random_changed),
+        median(&mut random_rotated)
+    );
+}
+
+/// Builds a policy's predecessor for the carry benchmark.
+trait Continuing: Sized {
+    /// The policy, continuing from one of the same algorithm with half its
+    /// capacity.
+    fn continuing_half(self) -> Self;
+}
+
+impl Continuing for runlimit_core::FixedWindowPolicy {
+    fn continuing_half(self) -> Self {
+        let old = Self::new(
+            self.id().clone(),
+            self.scope().clone(),
+            self.limit() / 2,
+            self.window(),
+        )
+        .expect("valid");
+        self.continuing(&old).expect("same id and scope")
+    }
+}
+
+impl Continuing for runlimit_core::SlidingWindowPolicy {
+    fn continuing_half(self) -> Self {
+        let old = Self::new(
+            self.id().clone(),
+            self.scope().clone(),
+            self.limit() / 2,
+            self.window(),
+        )
+        .expect("valid");
+        self.continuing(&old).expect("same id and scope")
+    }
+}
+
+impl Continuing for runlimit_core::GcraPolicy {
+    fn continuing_half(self) -> Self {
+        let old = Self::new(
+            self.id().clone(),
+            self.scope().clone(),
+            self.quota(),
+            self.period(),
+            self.burst_capacity() / 2,
+        )
+        .expect("valid");
+        self.continuing(&old).expect("same id and scope")
+    }
 }

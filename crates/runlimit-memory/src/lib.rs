@@ -3,8 +3,9 @@
 //! `runlimit-memory` implements [`runlimit_core::Limiter`] in process memory:
 //! [`MemoryStore`] for anchored fixed windows ([`FixedWindowPolicy`]),
 //! [`SlidingWindowStore`] for sliding windows ([`SlidingWindowPolicy`]) and
-//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]), all
-//! three on one sharded table. Use it
+//! [`GcraStore`] for continuously replenished quotas ([`GcraPolicy`]), each
+//! on one sharded table, and [`AnyStore`] for all three at once
+//! ([`AnyPolicy`](runlimit_core::AnyPolicy) checks). Use it
 //! for single-process services, tests, and as the coarse first-line gate in
 //! front of a shared backend such as `runlimit-postgres`; it enforces a
 //! per-process quota, not a fleet-wide one.
@@ -144,6 +145,27 @@
 //! is first polled; from a concrete store, call it as
 //! `Limiter::check(&store, &check).await`.
 //!
+//! # Changing policies and rotating secrets
+//!
+//! A check whose policy [continues](runlimit_core::FixedWindowPolicy::continuing)
+//! from another, or whose key carries a previous secret's, starts a counter
+//! that holds no live state from its sources' (see [`runlimit_core::carry`]
+//! for the translation and the bound). The sources are read under their
+//! entries' locks before the counter's shard is locked, and the carried
+//! state is stored on that first check, allowed or denied, so it drains from
+//! then on; a reset forgets the sources too. A counter with live state takes
+//! the path it always takes. A store keeps its own algorithm's states only:
+//! a change of algorithm carries in an [`AnyStore`], which keeps all three.
+//!
+//! # Maintenance
+//!
+//! With the `tokio` feature, [`maintenance`]`::spawn` runs a limiter's periodic
+//! upkeep ([`Maintain`](runlimit_core::Maintain) rounds) on the Tokio runtime
+//! until its handle is stopped or dropped: for a [`Leased`], idle leases
+//! given back, then its shared backend's round (expired PostgreSQL rows
+//! deleted). The [`maintenance`] module says what each limiter's round does;
+//! the stores here need none.
+//!
 //! # Memory
 //!
 //! Each key costs a 32-byte entry stored inline in its shard's hash table (a
@@ -161,6 +183,9 @@
 //!
 //! # Features
 //!
+//! * `tokio` (on by default): a [`Leased`] dropped inside a Tokio runtime
+//!   gives its unspent units back, and a check waits for the grant in flight
+//!   for its key; [`maintenance`]`::spawn`.
 //! * `serde` (enables `runlimit-core`'s): serialize and deserialize
 //!   [`MemoryStoreConfig`] (through its validating constructors, rejecting
 //!   unknown fields) and [`MemoryStoreStats`]. Live stores never serialize.
@@ -172,6 +197,7 @@ mod config;
 mod denial_cache;
 mod error;
 mod leased;
+pub mod maintenance;
 mod shard;
 mod stats;
 mod store;

@@ -67,8 +67,8 @@ struct Item<S> {
     next: Option<S>,
     /// The state carried from a source, for a key that holds no live state.
     carried: Option<(S, CarriedFrom)>,
-    /// Whether the check started from the carried state.
-    carries: bool,
+    /// The carried state the check started from, if it started from one.
+    started_from: Option<S>,
 }
 
 /// What a locked operation did that observers may want to hear about.
@@ -438,40 +438,55 @@ impl<A: Algorithm> Store<A> {
         let now = shard.advance(self.now_nanos());
         let policy = check.policy();
         let (initial, carries) = start_from::<A>(found.map(|(_, state)| state), carried, now);
-        Ok(match A::evaluate(policy, initial, check.cost(), now) {
-            Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
-            Evaluation::Allowed { admitted, next } => match found {
-                Some((slot, _)) => {
+        let (decision, keep) = match A::evaluate(policy, initial, check.cost(), now) {
+            // A carried state is kept even when the check is denied: carrying
+            // is not consuming, and from now on it drains at the new policy's
+            // rate rather than being carried again at every check.
+            Evaluation::Denied(denial) => {
+                let denied = Decision::for_mode(policy.quota_mode(), denial);
+                match carries.and(initial) {
+                    Some(carried) => (Err(denied), carried),
+                    None => return Ok((denied, None)),
+                }
+            }
+            Evaluation::Allowed { admitted, next } => (Ok(admitted), next),
+        };
+        let stored = match found {
+            Some((slot, _)) => {
+                table.set_state(slot, keep);
+                Some(keep)
+            }
+            None => {
+                // Below half full, expired entries stay: a key checked again
+                // finds its entry and updates it in place.
+                if table.cleans_on_insert() {
+                    self.clean(
+                        &mut table,
+                        self.config.cleanup_per_check(),
+                        now,
+                        &[],
+                        effects,
+                    );
+                }
+                let stored = (table.headroom() > 0).then(|| table.insert(*key, keep));
+                if self.observer.is_some() {
+                    effects.capacity.push(capacity_of(&table, shard_index));
+                }
+                stored
+            }
+        };
+        Ok(match (decision, stored) {
+            (Ok(admitted), Some(stored)) => {
+                effects.carried = carries;
+                (A::decision(policy, admitted), Some(A::stamp(&stored)))
+            }
+            (Ok(_), None) => (Decision::denied(capacity_denial(&table, now)), None),
+            (Err(denied), stored) => {
+                if stored.is_some() {
                     effects.carried = carries;
-                    table.set_state(slot, next);
-                    (A::decision(policy, admitted), Some(A::stamp(&next)))
                 }
-                None => {
-                    // Below half full, expired entries stay: a key
-                    // checked again finds its entry and updates it in
-                    // place.
-                    if table.cleans_on_insert() {
-                        self.clean(
-                            &mut table,
-                            self.config.cleanup_per_check(),
-                            now,
-                            &[],
-                            effects,
-                        );
-                    }
-                    let admitted = if table.headroom() == 0 {
-                        (Decision::denied(capacity_denial(&table, now)), None)
-                    } else {
-                        effects.carried = carries;
-                        let stored = table.insert(*key, next);
-                        (A::decision(policy, admitted), Some(A::stamp(&stored)))
-                    };
-                    if self.observer.is_some() {
-                        effects.capacity.push(capacity_of(&table, shard_index));
-                    }
-                    admitted
-                }
-            },
+                (denied, None)
+            }
         })
     }
 
@@ -551,7 +566,7 @@ impl<A: Algorithm> Store<A> {
                 slot: None,
                 next: None,
                 carried: None,
-                carries: false,
+                started_from: None,
             });
             if !shard_indices.contains(&shard) {
                 shard_indices.push(shard);
@@ -608,7 +623,7 @@ impl<A: Algorithm> Store<A> {
             let policy = check.policy();
             let (initial, carries) =
                 start_from::<A>(found.map(|(_, state)| state), item.carried, now);
-            item.carries = carries.is_some();
+            item.started_from = carries.and(initial);
             match A::evaluate(policy, initial, check.cost(), now) {
                 Evaluation::Allowed { admitted, next } => {
                     decisions.push(A::decision(policy, admitted));
@@ -667,20 +682,31 @@ impl<A: Algorithm> Store<A> {
 
         let batch = BatchDecision::from_decisions(decisions);
         let mut committed = Committed::new();
-        if batch.is_allowed() {
-            // Every check of an allowed batch has a next state. Stored keys are
-            // updated before new keys go in, because an insert may move entries
-            // and invalidate the slots the preflight resolved.
-            for item in &items {
-                if let (Some(slot), Some(next)) = (item.slot, item.next) {
-                    guards[position_of(item.shard)].set_state(slot, next);
-                }
-            }
+        if !batch.is_allowed() {
+            // Carrying is not consuming: a denied batch keeps the states its
+            // checks carried, so they drain from now on.
             for item in &mut items {
-                if let (None, Some(next)) = (item.slot, item.next) {
-                    item.next = Some(guards[position_of(item.shard)].insert(item.key, next));
-                }
+                item.next = item.started_from;
             }
+        }
+        // Stored keys are updated before new keys go in, because an insert
+        // may move entries and invalidate the slots the preflight resolved.
+        for item in &items {
+            if let (Some(slot), Some(next)) = (item.slot, item.next) {
+                guards[position_of(item.shard)].set_state(slot, next);
+            }
+        }
+        for item in &mut items {
+            if let (None, Some(next)) = (item.slot, item.next) {
+                let table = &mut guards[position_of(item.shard)];
+                // An allowed batch has room for its new keys (the preflight
+                // made it); a denied one keeps a carried state only where
+                // one fits.
+                item.next = (table.headroom() > 0).then(|| table.insert(item.key, next));
+            }
+        }
+        if batch.is_allowed() {
+            // Every check of an allowed batch has a next state.
             committed.extend(items.iter().filter_map(|item| item.next));
         }
         if self.observer.is_some() {
@@ -688,11 +714,11 @@ impl<A: Algorithm> Store<A> {
                 effects.capacity.push(capacity_of(table, shard_index));
             }
             drop(guards);
-            if batch.is_allowed() {
-                for (check, item) in checks.iter().zip(&items) {
-                    if let (true, Some((_, from))) = (item.carries, item.carried) {
-                        self.report_carry(check, from);
-                    }
+            for (check, item) in checks.iter().zip(&items) {
+                if let (Some(_), Some(_), Some((_, from))) =
+                    (item.started_from, item.next, item.carried)
+                {
+                    self.report_carry(check, from);
                 }
             }
         }
@@ -886,21 +912,27 @@ impl<A: Algorithm> Store<A> {
     fn peek_inner(&self, check: &Check<'_, A::Policy>) -> Result<Decision, MemoryStoreError> {
         let policy = check.policy();
         let carries = check.carries();
-        let peeked = self.with_entry(check, |held, now| {
+        let found = self.with_entry(check, |held, now| {
             let state = held.state();
-            (!carries || A::deadline(&state) > now)
-                .then(|| A::peek(policy, Some(state), check.cost(), now))
+            if !carries || A::deadline(&state) > now {
+                Ok(A::peek(policy, Some(state), check.cost(), now))
+            } else {
+                Err(state)
+            }
         })?;
-        if let Some(Some(decision)) = peeked {
-            return Ok(decision);
-        }
+        let found = match found {
+            Some(Ok(decision)) => return Ok(decision),
+            Some(Err(state)) => Some(state),
+            None => None,
+        };
         let now = self.now_nanos();
         let carried = if carries {
-            self.carried(check, now)?.map(|(state, _)| state)
+            self.carried(check, now)?
         } else {
             None
         };
-        Ok(A::peek(policy, carried, check.cost(), now))
+        let (initial, _) = start_from::<A>(found, carried, now);
+        Ok(A::peek(policy, initial, check.cost(), now))
     }
 
     /// The state `check`'s counter starts from when it holds no live state:

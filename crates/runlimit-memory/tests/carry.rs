@@ -454,14 +454,16 @@ fn observers_hear_of_each_carry_once_and_never_of_the_subject() {
     }
     let lowered = fixed(1, 60_000).continuing(&old).expect("valid");
     let raised = fixed(4, 60_000).continuing(&old).expect("valid");
-    // A denied check stores nothing, so nothing was carried yet.
-    assert!(
-        limiter
-            .check(&Check::new(&lowered, key))
-            .expect("stored")
-            .is_denied()
-    );
-    assert!(carries.0.lock().expect("unpoisoned").is_empty());
+    // A denied check carries too (carrying is not consuming), once.
+    for _ in 0..2 {
+        assert!(
+            limiter
+                .check(&Check::new(&lowered, key))
+                .expect("stored")
+                .is_denied()
+        );
+    }
+    assert_eq!(carries.0.lock().expect("unpoisoned").len(), 1);
     for _ in 0..2 {
         assert!(
             limiter
@@ -471,12 +473,54 @@ fn observers_hear_of_each_carry_once_and_never_of_the_subject() {
         );
     }
     let heard = carries.0.lock().expect("unpoisoned").clone();
-    assert_eq!(heard.len(), 1, "{heard:?}");
-    assert_eq!(heard[0].1, CarriedFrom::Predecessor);
+    assert_eq!(heard.len(), 2, "{heard:?}");
+    assert!(
+        heard
+            .iter()
+            .all(|(_, from)| *from == CarriedFrom::Predecessor)
+    );
     assert!(heard[0].0.starts_with("auth.reset/recipient"));
     assert!(
-        !heard[0].0.to_lowercase().contains("abab"),
+        !heard
+            .iter()
+            .any(|(text, _)| text.to_lowercase().contains("abab")),
         "no subject bytes"
+    );
+}
+
+#[test]
+fn a_carried_state_drains_from_the_first_check_even_when_it_is_denied() {
+    let clock = ManualClock::new();
+    let limiter = store(&clock);
+    let old = AnyPolicy::from(fixed(4, 3_600_000));
+    for _ in 0..4 {
+        limiter
+            .check(&Check::new(&old, subject(1)))
+            .expect("stored");
+    }
+    // Four units at one a minute, with a burst of two: denied for two minutes.
+    let new = AnyPolicy::from(gcra(1, 60_000, 2))
+        .continuing(&old)
+        .expect("valid");
+    let first = limiter
+        .check(&Check::new(&new, subject(1)))
+        .expect("stored");
+    assert_eq!(first.retry_after(), Some(ms(180_000)));
+    clock.advance(ms(30_000));
+    let later = limiter
+        .check(&Check::new(&new, subject(1)))
+        .expect("stored");
+    assert_eq!(
+        later.retry_after(),
+        Some(ms(150_000)),
+        "the carried units drain"
+    );
+    clock.advance(ms(150_000));
+    assert!(
+        limiter
+            .check(&Check::new(&new, subject(1)))
+            .expect("stored")
+            .is_allowed()
     );
 }
 

@@ -11,7 +11,11 @@
 //! `-- fast-path` compares single checks through the limiter (one `UPDATE`)
 //! with the functions single checks were sent as before; `-- batch` compares
 //! batches of two through the limiter (one `UPDATE`) with the general
-//! function batches were sent as before. With `BENCH_CPU=1`
+//! function batches were sent as before; `-- carry` alternates single checks
+//! and batches of two of subjects whose counters carried their predecessor's
+//! state with the same of a policy without a predecessor, over rounds, and
+//! reports the median ratios, also from runs interleaving the two
+//! (`BENCH_ROUNDS` sets how many rounds). With `BENCH_CPU=1`
 //! (Linux, the database on this machine) every cell also prints the CPU
 //! time per operation of the PostgreSQL processes and of this process. It
 //! repeats better than throughput on a shared VM, but counts PostgreSQL's
@@ -74,6 +78,17 @@ enum Workload {
     CheckAndRefund,
     /// A sliding-window check of the same limit and window.
     SlidingCheck,
+    /// A check of a policy continuing from the first policy, whose counter
+    /// carried the subject's state: what a carried subject's check costs.
+    CarriedCheck,
+    /// A batch of two such checks.
+    CarriedBatchOfTwo,
+    /// A check of a policy without a predecessor whose rows were stored
+    /// beside the carried ones (so both lie in the table alike): the
+    /// baseline of `-- carry`.
+    UnlinkedCheck,
+    /// A batch of two such checks.
+    UnlinkedBatchOfTwo,
 }
 
 /// The limiters and policies the workloads run.
@@ -84,6 +99,11 @@ struct Subjects {
     /// A policy of one unit a day, spent on every key before measuring.
     exhausted: FixedWindowPolicy,
     sliding_policy: SlidingWindowPolicy,
+    /// Policies continuing from `policies`, each a unit short of them.
+    carried: [FixedWindowPolicy; 2],
+    /// Policies of `policies`' scopes two units short of them, without a
+    /// predecessor.
+    unlinked: [FixedWindowPolicy; 2],
 }
 
 fn subject(n: u64) -> SubjectKey {
@@ -120,7 +140,6 @@ async fn run(
         .map(|task| {
             let (pool, subjects) = (pool.clone(), Arc::clone(subjects));
             tokio::spawn(async move {
-                let (limiter, policies) = (&subjects.fixed, &subjects.policies);
                 let mut latencies = Vec::new();
                 let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
                 while Instant::now() < deadline {
@@ -129,150 +148,7 @@ async fn run(
                     state ^= state << 17;
                     let key = state % KEYS;
                     let started = Instant::now();
-                    match workload {
-                        Workload::SelectOne => {
-                            sqlx::query("SELECT 1")
-                                .execute(&pool)
-                                .await
-                                .expect("select");
-                        }
-                        Workload::Upsert => {
-                            sqlx::query(
-                                "INSERT INTO bench_upsert (k, n) VALUES ($1, 1) \
-                                 ON CONFLICT (k) DO UPDATE SET n = bench_upsert.n + 1 RETURNING n",
-                            )
-                            .bind(i64::try_from(key).expect("small"))
-                            .fetch_one(&pool)
-                            .await
-                            .expect("upsert");
-                        }
-                        Workload::Check => {
-                            let decision = limiter
-                                .check(&Check::new(&policies[0], subject(key)))
-                                .await
-                                .expect("check");
-                            assert!(decision.is_allowed());
-                        }
-                        Workload::GeneralCheck => {
-                            let check = Check::new(&policies[0], subject(key));
-                            assert_eq!(general_batch(&pool, &[check]).await, [0], "allowed");
-                        }
-                        Workload::RowLockCheck => {
-                            let check = Check::new(&policies[0], subject(key));
-                            let policy = check.policy();
-                            let row: (i16,) = sqlx::query_as(
-                                "SELECT r_outcome FROM runlimit_check_fixed_window(\
-                                 $1, $2, $3, $4, $5, $6, $7, $8)",
-                            )
-                            .bind(check.counter_key().to_bytes().to_vec())
-                            .bind(lock_id(&check))
-                            .bind(i64::try_from(policy.limit()).expect("bounded"))
-                            .bind(i64::try_from(policy.window_millis() * 1_000).expect("bounded"))
-                            .bind(1i64)
-                            .bind(65_536i32)
-                            .bind(9_750i32)
-                            .bind(false)
-                            .fetch_one(&pool)
-                            .await
-                            .expect("row-lock check");
-                            assert_eq!(row.0, 0, "allowed");
-                        }
-                        Workload::CheckAndRefund => {
-                            let check = Check::new(&policies[0], subject(key));
-                            let (decision, receipt) =
-                                limiter.admit(&check).await.expect("admit").into_parts();
-                            assert!(decision.is_allowed());
-                            let refunded = limiter
-                                .refund(&[check], receipt.expect("allowed"))
-                                .await
-                                .expect("refund");
-                            assert_eq!(refunded.credited(), 1);
-                        }
-                        Workload::SlidingCheck => {
-                            let decision = subjects
-                                .sliding
-                                .check(&Check::new(&subjects.sliding_policy, subject(key)))
-                                .await
-                                .expect("check");
-                            assert!(decision.is_allowed());
-                        }
-                        Workload::DeniedCheck => {
-                            let decision = limiter
-                                .check(&Check::new(&subjects.exhausted, subject(key)))
-                                .await
-                                .expect("check");
-                            assert!(decision.is_denied());
-                        }
-                        Workload::RowUpdate => {
-                            let updated: i64 = sqlx::query_scalar(
-                                "UPDATE runlimit_fixed_windows SET used = used + 1 \
-                                 WHERE counter_key = $1 RETURNING used",
-                            )
-                            .bind(
-                                Check::new(&policies[0], subject(key))
-                                    .counter_key()
-                                    .to_bytes()
-                                    .to_vec(),
-                            )
-                            .fetch_one(&pool)
-                            .await
-                            .expect("row update");
-                            assert!(updated > 0);
-                        }
-                        Workload::TwoRowUpdate => {
-                            let keys: Vec<Vec<u8>> = policies
-                                .iter()
-                                .map(|policy| {
-                                    Check::new(policy, subject(key))
-                                        .counter_key()
-                                        .to_bytes()
-                                        .to_vec()
-                                })
-                                .collect();
-                            let updated = sqlx::query(
-                                "UPDATE runlimit_fixed_windows SET used = used + 1 \
-                                 WHERE counter_key IN ($1, $2) RETURNING used",
-                            )
-                            .bind(&keys[0])
-                            .bind(&keys[1])
-                            .fetch_all(&pool)
-                            .await
-                            .expect("two-row update");
-                            assert_eq!(updated.len(), 2);
-                        }
-                        Workload::GeneralBatch => {
-                            let checks = [
-                                Check::new(&policies[0], subject(key)),
-                                Check::new(&policies[1], subject(key)),
-                            ];
-                            let outcomes = general_batch(&pool, &checks).await;
-                            assert_eq!(outcomes, [0, 0], "allowed");
-                        }
-                        Workload::GeneralDeniedBatch => {
-                            let checks = [
-                                Check::new(&policies[0], subject(key)),
-                                Check::new(&subjects.exhausted, subject(key)),
-                            ];
-                            let outcomes = general_batch(&pool, &checks).await;
-                            assert_eq!(outcomes, [0, 1], "denied");
-                        }
-                        Workload::DeniedBatch => {
-                            let checks = [
-                                Check::new(&policies[0], subject(key)),
-                                Check::new(&subjects.exhausted, subject(key)),
-                            ];
-                            let batch = limiter.check_all(&checks).await.expect("batch");
-                            assert!(!batch.permits_request());
-                        }
-                        Workload::BatchOfTwo => {
-                            let checks = [
-                                Check::new(&policies[0], subject(key)),
-                                Check::new(&policies[1], subject(key)),
-                            ];
-                            let batch = limiter.check_all(&checks).await.expect("batch");
-                            assert!(batch.is_allowed());
-                        }
-                    }
+                    operate(workload, key, &pool, &subjects).await;
                     latencies.push(started.elapsed());
                 }
                 latencies
@@ -293,6 +169,216 @@ async fn run(
         percentile(500),
         percentile(990),
     )
+}
+
+/// One operation of `workload` on the counters of key number `key`.
+async fn operate(workload: Workload, key: u64, pool: &PgPool, subjects: &Subjects) {
+    let (limiter, policies) = (&subjects.fixed, &subjects.policies);
+    match workload {
+        Workload::SelectOne => {
+            sqlx::query("SELECT 1").execute(pool).await.expect("select");
+        }
+        Workload::Upsert => {
+            sqlx::query(
+                "INSERT INTO bench_upsert (k, n) VALUES ($1, 1) \
+                 ON CONFLICT (k) DO UPDATE SET n = bench_upsert.n + 1 RETURNING n",
+            )
+            .bind(i64::try_from(key).expect("small"))
+            .fetch_one(pool)
+            .await
+            .expect("upsert");
+        }
+        Workload::Check => {
+            let decision = limiter
+                .check(&Check::new(&policies[0], subject(key)))
+                .await
+                .expect("check");
+            assert!(decision.is_allowed());
+        }
+        Workload::GeneralCheck => {
+            let check = Check::new(&policies[0], subject(key));
+            assert_eq!(general_batch(pool, &[check]).await, [0], "allowed");
+        }
+        Workload::RowLockCheck => {
+            let check = Check::new(&policies[0], subject(key));
+            let policy = check.policy();
+            let row: (i16,) = sqlx::query_as(
+                "SELECT r_outcome FROM runlimit_check_fixed_window(\
+                 $1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(&check))
+            .bind(i64::try_from(policy.limit()).expect("bounded"))
+            .bind(i64::try_from(policy.window_millis() * 1_000).expect("bounded"))
+            .bind(1i64)
+            .bind(65_536i32)
+            .bind(9_750i32)
+            .bind(false)
+            .fetch_one(pool)
+            .await
+            .expect("row-lock check");
+            assert_eq!(row.0, 0, "allowed");
+        }
+        Workload::CheckAndRefund => {
+            let check = Check::new(&policies[0], subject(key));
+            let (decision, receipt) = limiter.admit(&check).await.expect("admit").into_parts();
+            assert!(decision.is_allowed());
+            let refunded = limiter
+                .refund(&[check], receipt.expect("allowed"))
+                .await
+                .expect("refund");
+            assert_eq!(refunded.credited(), 1);
+        }
+        Workload::SlidingCheck => {
+            let decision = subjects
+                .sliding
+                .check(&Check::new(&subjects.sliding_policy, subject(key)))
+                .await
+                .expect("check");
+            assert!(decision.is_allowed());
+        }
+        Workload::DeniedCheck => {
+            let decision = limiter
+                .check(&Check::new(&subjects.exhausted, subject(key)))
+                .await
+                .expect("check");
+            assert!(decision.is_denied());
+        }
+        Workload::RowUpdate => {
+            let updated: i64 = sqlx::query_scalar(
+                "UPDATE runlimit_fixed_windows SET used = used + 1 \
+                 WHERE counter_key = $1 RETURNING used",
+            )
+            .bind(
+                Check::new(&policies[0], subject(key))
+                    .counter_key()
+                    .to_bytes()
+                    .to_vec(),
+            )
+            .fetch_one(pool)
+            .await
+            .expect("row update");
+            assert!(updated > 0);
+        }
+        Workload::TwoRowUpdate => {
+            let keys: Vec<Vec<u8>> = policies
+                .iter()
+                .map(|policy| {
+                    Check::new(policy, subject(key))
+                        .counter_key()
+                        .to_bytes()
+                        .to_vec()
+                })
+                .collect();
+            let updated = sqlx::query(
+                "UPDATE runlimit_fixed_windows SET used = used + 1 \
+                 WHERE counter_key IN ($1, $2) RETURNING used",
+            )
+            .bind(&keys[0])
+            .bind(&keys[1])
+            .fetch_all(pool)
+            .await
+            .expect("two-row update");
+            assert_eq!(updated.len(), 2);
+        }
+        Workload::GeneralBatch => {
+            let checks = [
+                Check::new(&policies[0], subject(key)),
+                Check::new(&policies[1], subject(key)),
+            ];
+            let outcomes = general_batch(pool, &checks).await;
+            assert_eq!(outcomes, [0, 0], "allowed");
+        }
+        Workload::GeneralDeniedBatch => {
+            let checks = [
+                Check::new(&policies[0], subject(key)),
+                Check::new(&subjects.exhausted, subject(key)),
+            ];
+            let outcomes = general_batch(pool, &checks).await;
+            assert_eq!(outcomes, [0, 1], "denied");
+        }
+        Workload::DeniedBatch => {
+            let checks = [
+                Check::new(&policies[0], subject(key)),
+                Check::new(&subjects.exhausted, subject(key)),
+            ];
+            let batch = limiter.check_all(&checks).await.expect("batch");
+            assert!(!batch.permits_request());
+        }
+        Workload::BatchOfTwo => {
+            let checks = [
+                Check::new(&policies[0], subject(key)),
+                Check::new(&policies[1], subject(key)),
+            ];
+            let batch = limiter.check_all(&checks).await.expect("batch");
+            assert!(batch.is_allowed());
+        }
+        Workload::CarriedCheck | Workload::UnlinkedCheck => {
+            let policy = if matches!(workload, Workload::CarriedCheck) {
+                &subjects.carried[0]
+            } else {
+                &subjects.unlinked[0]
+            };
+            let decision = limiter
+                .check(&Check::new(policy, subject(key)))
+                .await
+                .expect("check");
+            assert!(decision.is_allowed());
+        }
+        Workload::CarriedBatchOfTwo | Workload::UnlinkedBatchOfTwo => {
+            let policies = if matches!(workload, Workload::CarriedBatchOfTwo) {
+                &subjects.carried
+            } else {
+                &subjects.unlinked
+            };
+            let checks = policies
+                .each_ref()
+                .map(|policy| Check::new(policy, subject(key)));
+            let batch = limiter.check_all(&checks).await.expect("batch");
+            assert!(batch.is_allowed());
+        }
+    }
+}
+
+/// `workloads` at `tasks` tasks, each task alternating between them: the
+/// mean latency of each, measured under the same load.
+async fn run_interleaved(
+    workloads: [Workload; 2],
+    tasks: usize,
+    seconds: f64,
+    pool: &PgPool,
+    subjects: &Arc<Subjects>,
+) -> [Duration; 2] {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (pool, subjects) = (pool.clone(), Arc::clone(subjects));
+            tokio::spawn(async move {
+                let mut spent = [(Duration::ZERO, 0u32); 2];
+                let mut state = 0x2545_F491_4F6C_DD1Du64 ^ (task as u64 + 1);
+                let mut turn = task % 2;
+                while Instant::now() < deadline {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let started = Instant::now();
+                    operate(workloads[turn], state % KEYS, &pool, &subjects).await;
+                    spent[turn].0 += started.elapsed();
+                    spent[turn].1 += 1;
+                    turn = 1 - turn;
+                }
+                spent
+            })
+        })
+        .collect();
+    let mut spent = [(Duration::ZERO, 0u32); 2];
+    for handle in handles {
+        for (total, task) in spent.iter_mut().zip(handle.await.expect("task")) {
+            total.0 += task.0;
+            total.1 += task.1;
+        }
+    }
+    spent.map(|(time, operations)| time / operations.max(1))
 }
 
 #[tokio::main]
@@ -334,19 +420,29 @@ async fn main() {
         .expect("valid");
     let limiter = PostgresLimiter::<FixedWindowPolicy>::new(pool.clone(), config);
     limiter.migrate().await.expect("migrate");
-    let policy = |scope: &str| {
+    let policy = |scope: &str, limit: u64| {
         FixedWindowPolicy::new(
             PolicyId::new("bench").expect("valid"),
             ScopeId::new(scope).expect("valid"),
-            MAX_LIMIT,
+            limit,
             MAX_WINDOW,
         )
         .expect("valid")
     };
+    let carried = |scope: &str| {
+        policy(scope, MAX_LIMIT - 1)
+            .continuing(&policy(scope, MAX_LIMIT))
+            .expect("a lineage")
+    };
     let subjects = Arc::new(Subjects {
         sliding: limiter.for_policy(),
         fixed: limiter,
-        policies: [policy("client"), policy("identity")],
+        policies: [policy("client", MAX_LIMIT), policy("identity", MAX_LIMIT)],
+        carried: [carried("client"), carried("identity")],
+        unlinked: [
+            policy("client", MAX_LIMIT - 2),
+            policy("identity", MAX_LIMIT - 2),
+        ],
         exhausted: FixedWindowPolicy::new(
             PolicyId::new("bench").expect("valid"),
             ScopeId::new("exhausted").expect("valid"),
@@ -398,7 +494,41 @@ async fn main() {
     ] {
         run(workload, 32, seconds, &pool, &subjects).await;
     }
-    if std::env::args().any(|arg| arg == "sliding") {
+    let carry = std::env::args().any(|arg| arg == "carry");
+    if carry {
+        // Carry every subject's counters before measuring, so every carried
+        // check is of a subject carried already, storing the baseline's
+        // counters beside them.
+        let carried: Vec<_> = (0..32u64)
+            .map(|task| {
+                let subjects = Arc::clone(&subjects);
+                tokio::spawn(async move {
+                    for key in (task..KEYS).step_by(32) {
+                        for policies in [&subjects.unlinked, &subjects.carried] {
+                            let checks = policies
+                                .each_ref()
+                                .map(|policy| Check::new(policy, subject(key)));
+                            subjects.fixed.check_all(&checks).await.expect("store");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in carried {
+            task.await.expect("task");
+        }
+        for workload in [
+            Workload::UnlinkedCheck,
+            Workload::CarriedCheck,
+            Workload::UnlinkedBatchOfTwo,
+            Workload::CarriedBatchOfTwo,
+        ] {
+            run(workload, 32, seconds, &pool, &subjects).await;
+        }
+    }
+    if carry {
+        carried_against_plain(seconds, &pool, &subjects).await;
+    } else if std::env::args().any(|arg| arg == "sliding") {
         sliding_against_fixed(seconds, &pool, &subjects).await;
     } else if std::env::args().any(|arg| arg == "batch") {
         rotate_against_floor(
@@ -486,6 +616,66 @@ async fn sliding_against_fixed(seconds: f64, pool: &PgPool, subjects: &Arc<Subje
         "median over 5 rounds at 32 tasks: sliding / fixed window {:.0}%",
         100.0 * ratios[2]
     );
+}
+
+/// Checks and batches of two of carried subjects at 32 tasks against the
+/// same of policies without a predecessor whose rows were stored beside
+/// them, over rounds (`BENCH_ROUNDS`, 6 unless set; on a busy machine, more
+/// and shorter ones), each measured twice: as runs alternating which goes
+/// first (the ratio of their rates), and interleaved, every task
+/// alternating between the two (the ratio of their mean latencies, under the
+/// same load). Medians of both ratios over the rounds.
+async fn carried_against_plain(seconds: f64, pool: &PgPool, subjects: &Arc<Subjects>) {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .filter(|&rounds| rounds >= 2)
+        .unwrap_or(6);
+    let pairs = [
+        ("check", Workload::UnlinkedCheck, Workload::CarriedCheck),
+        (
+            "batch of two",
+            Workload::UnlinkedBatchOfTwo,
+            Workload::CarriedBatchOfTwo,
+        ),
+    ];
+    let mut ratios = vec![(Vec::new(), Vec::new()); pairs.len()];
+    for round in 1..=rounds {
+        for ((name, plain, carried), ratios) in pairs.iter().zip(&mut ratios) {
+            let (plain_rate, carried_rate) = if round % 2 == 0 {
+                let (carried, ..) = run(*carried, 32, seconds, pool, subjects).await;
+                (run(*plain, 32, seconds, pool, subjects).await.0, carried)
+            } else {
+                let (plain, ..) = run(*plain, 32, seconds, pool, subjects).await;
+                (plain, run(*carried, 32, seconds, pool, subjects).await.0)
+            };
+            let [plain_latency, carried_latency] =
+                run_interleaved([*plain, *carried], 32, seconds, pool, subjects).await;
+            let interleaved = plain_latency.as_secs_f64() / carried_latency.as_secs_f64();
+            ratios.0.push(carried_rate / plain_rate);
+            ratios.1.push(interleaved);
+            println!(
+                "round {round}: {name}: no lineage {plain_rate:.0}/s, carried {carried_rate:.0}/s, \
+                 {:.1}%; interleaved mean latency {:.0} us against {:.0} us, {:.1}%",
+                100.0 * carried_rate / plain_rate,
+                carried_latency.as_secs_f64() * 1e6,
+                plain_latency.as_secs_f64() * 1e6,
+                100.0 * interleaved,
+            );
+        }
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        (values[(rounds - 1) / 2] + values[rounds / 2]) / 2.0
+    };
+    for ((name, ..), (alternating, interleaved)) in pairs.iter().zip(&mut ratios) {
+        println!(
+            "median over {rounds} rounds at 32 tasks, {name}: carried / no lineage {:.1}% \
+             (alternating runs), {:.1}% (interleaved)",
+            100.0 * median(alternating),
+            100.0 * median(interleaved),
+        );
+    }
 }
 
 /// Single checks of existing rows at 32 tasks: through the limiter (one

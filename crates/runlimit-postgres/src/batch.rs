@@ -83,24 +83,34 @@ pub(crate) const MAX_CHECKS: usize = 8;
 /// admitted check (its position, count, window expiry and clock sample) when
 /// the update admitted the whole batch; otherwise also one row whose last
 /// column holds the settled batch, flat (see [`replies`]).
-pub(crate) fn statement(checks: usize) -> &'static str {
-    &statements()[checks].0
+///
+/// A batch naming a counter that carries (`carrying`) is settled by
+/// `runlimit_settle_live_fixed_windows` instead, which carries the state of
+/// a counter without a live window from its sources; its statement takes
+/// the sources last (their keys, and four numbers each), and its settled
+/// row names the source each check carried from.
+pub(crate) fn statement(checks: usize, carrying: bool) -> &'static str {
+    &statements()[checks][usize::from(carrying)].0
 }
 
 /// The statement that sends a batch of `checks` checks to the settling
 /// function directly: the parameters of [`statement`], and one row like
 /// its settled row.
-pub(crate) fn settle_statement(checks: usize) -> &'static str {
-    &statements()[checks].1
+pub(crate) fn settle_statement(checks: usize, carrying: bool) -> &'static str {
+    &statements()[checks][usize::from(carrying)].1
 }
 
-/// Both statements for every size, written once.
-fn statements() -> &'static [(String, String)] {
-    static STATEMENTS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    STATEMENTS.get_or_init(|| (0..=MAX_CHECKS).map(write_statements).collect())
+/// Both statements for every size, without and with carries, written once.
+fn statements() -> &'static [[(String, String); 2]] {
+    static STATEMENTS: OnceLock<Vec<[(String, String); 2]>> = OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        (0..=MAX_CHECKS)
+            .map(|n| [write_statements(n, false), write_statements(n, true)])
+            .collect()
+    })
 }
 
-fn write_statements(n: usize) -> (String, String) {
+fn write_statements(n: usize, carrying: bool) -> (String, String) {
     if n < 2 {
         return (String::new(), String::new());
     }
@@ -141,11 +151,19 @@ fn write_statements(n: usize) -> (String, String) {
             lock(i)
         );
     }
+    let (function, sources) = if carrying {
+        (
+            "runlimit_settle_live_fixed_windows",
+            format!(", ${}::bytea[], ${}::bigint[]", 5 * n + 4, 5 * n + 5),
+        )
+    } else {
+        ("runlimit_settle_fixed_windows", String::new())
+    };
     let settle = || {
         format!(
-            "runlimit_settle_fixed_windows(
+            "{function}(
     ARRAY[{keys}], ARRAY[{locks}], ARRAY[{limits}], ARRAY[{windows}], ARRAY[{costs}],
-    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean)",
+    ${max_rows}::integer, ${lock_timeout}::integer, ${relaxed}::boolean{sources})",
             keys = list(&key, "bytea"),
             locks = list(&lock, "bigint"),
             limits = list(&limit, "bigint"),
@@ -181,8 +199,12 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
     (in_place, settle_only)
 }
 
-/// Each check's outcome, count, window expiry and clock sample (the last two
-/// in microseconds since the Unix epoch), in batch order, from the rows of
+/// A fixed-window check's outcome, count, window expiry and clock sample
+/// (the last two in microseconds since the Unix epoch).
+pub(crate) type Reply = (i16, i64, i64, i64);
+
+/// Each check's [`Reply`], and the carry source it carried from (1-based;
+/// 0 for none), in batch order, from the rows of
 /// [`statement`] or [`settle_statement`] for `checks` checks.
 ///
 /// # Errors
@@ -191,20 +213,24 @@ WHERE NOT EXISTS (SELECT FROM admitted OFFSET {last})",
 pub(crate) fn replies(
     rows: &[PgRow],
     checks: usize,
-) -> Result<Vec<(i16, i64, i64, i64)>, sqlx::Error> {
+    carrying: bool,
+) -> Result<Vec<(Reply, i64)>, sqlx::Error> {
     let malformed = || sqlx::Error::Decode("a batch reply of an unexpected shape".into());
+    // Flat: (outcome, used, expiry) per check, and the source carried from
+    // when the batch carries, then the clock sample.
+    let stride = 3 + usize::from(carrying);
     for row in rows {
         if let Some(settled) = row.try_get::<Option<Vec<i64>>, _>(4)? {
-            // Flat: (outcome, used, expiry) per check, then the clock sample.
             let (&now_us, replies) = settled.split_last().ok_or_else(malformed)?;
-            if replies.len() != 3 * checks {
+            if replies.len() != stride * checks {
                 return Err(malformed());
             }
             return replies
-                .chunks_exact(3)
+                .chunks_exact(stride)
                 .map(|reply| {
                     let outcome = i16::try_from(reply[0]).map_err(|_| malformed())?;
-                    Ok((outcome, reply[1], reply[2], now_us))
+                    let carried = reply.get(3).copied().unwrap_or(0);
+                    Ok(((outcome, reply[1], reply[2], now_us), carried))
                 })
                 .collect();
         }
@@ -218,7 +244,7 @@ pub(crate) fn replies(
             .and_then(|position| admitted.get_mut(position.checked_sub(1)?))
             .ok_or_else(malformed)?;
         let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
-        *slot = Some((0, row.try_get(1)?, expires_us, now_us));
+        *slot = Some(((0, row.try_get(1)?, expires_us, now_us), 0));
     }
     admitted
         .into_iter()
@@ -233,14 +259,23 @@ mod tests {
     #[test]
     fn every_size_numbers_its_parameters_without_gaps() {
         for n in 2..=MAX_CHECKS {
-            let highest = 5 * n + 3;
-            for text in [statement(n), settle_statement(n)] {
-                for param in 1..=highest {
-                    assert!(text.contains(&format!("${param}::")), "${param} of {n}");
+            for carrying in [false, true] {
+                let highest = 5 * n + 3 + 2 * usize::from(carrying);
+                for text in [statement(n, carrying), settle_statement(n, carrying)] {
+                    for param in 1..=highest {
+                        assert!(text.contains(&format!("${param}::")), "${param} of {n}");
+                    }
+                    assert!(!text.contains(&format!("${}", highest + 1)), "{n}");
                 }
-                assert!(!text.contains(&format!("${}", highest + 1)), "{n}");
+                assert_eq!(
+                    statement(n, carrying)
+                        .matches("pg_advisory_xact_lock")
+                        .count(),
+                    n
+                );
             }
-            assert_eq!(statement(n).matches("pg_advisory_xact_lock").count(), n);
+            assert!(statement(n, true).contains("runlimit_settle_live_fixed_windows("));
+            assert!(!statement(n, false).contains("live"));
         }
     }
 }

@@ -8,8 +8,11 @@
 //! `runlimit-memory`'s `MemoryStore`, `SlidingWindowStore` and `GcraStore`,
 //! proven by the same conformance suite. The functions of the three share one
 //! prologue (settings, advisory locks in order, the clock), the capacity rule,
-//! cleanup and reset.
+//! cleanup and reset. [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) checks
+//! policies of all three algorithms, chosen per check (see
+//! [Every algorithm in one limiter](#every-algorithm-in-one-limiter)).
 //!
+//! [`AnyPolicy`]: runlimit_core::AnyPolicy
 //! [`FixedWindowPolicy`]: runlimit_core::FixedWindowPolicy
 //! [`GcraPolicy`]: runlimit_core::GcraPolicy
 //! [`SlidingWindowPolicy`]: runlimit_core::SlidingWindowPolicy
@@ -87,6 +90,62 @@
 //! remembers such counters in a fixed table of 1,024 slots, which only
 //! chooses the statement, never the decision.
 //!
+//! # Changing policies and rotating secrets
+//!
+//! A policy built `continuing` from the policy it replaces, and a
+//! [`KeyHasher`](runlimit_core::KeyHasher) keeping the previous secret, carry
+//! a subject's state into the new counter the first time the subject is
+//! checked (see [`runlimit_core::carry`] for the translation and its bound),
+//! on PostgreSQL as in memory: an attacker at the limit before a deploy or a
+//! rotation is still denied after it. The sources may be of any algorithm;
+//! each is read in its own table, on the database's clock, as last
+//! committed, and never changed.
+//!
+//! What it costs: **no extra round trip**. A check whose counter may carry
+//! takes the statement it takes without a lineage, with its carry sources
+//! as two more parameters (their counter keys, and four numbers each) that
+//! only the statement's fallback reads: a single fixed-window check's
+//! in-place `UPDATE` (and a small batch's) still admits a live window with
+//! room, with `runlimit_check_live_fixed_window`
+//! (`runlimit_settle_live_fixed_windows`) deciding what it leaves; GCRA and
+//! sliding windows take the live forms of their row-lock functions. A
+//! subject whose counter holds live state pays what any check pays. When the
+//! counter holds none, the fallback reads the sources, translates the first
+//! holding live state exactly as the core does, stores it (even for a
+//! denial: carrying is not consuming, so an attacker at the limit carries
+//! once) and decides the check, in the same round trip: under the row's
+//! lock when the counter has a row, and through `runlimit_check_counters`,
+//! with the advisory lock and capacity of a new row, when it has none. A
+//! counter whose state has ended while a source still holds state carries
+//! again, so carried usage is released no earlier than the source releases
+//! it. Batches decided by the general functions (GCRA and sliding-window
+//! batches, fixed-window batches of more than eight checks) and grants go
+//! to `runlimit_check_counters` with their sources. Concurrent first checks
+//! of one subject carry once: the counter's locks order them, and the later
+//! ones find the state the first one stored. A peek reads the counter and
+//! its sources in one read-only statement; a reset deletes the counter and
+//! every source in one (`runlimit_reset_counters`), so nothing is carried
+//! again. Drop the lineage and the previous secret once the predecessor's
+//! longest window has passed: until then each source is read whenever a
+//! counter has no live state.
+//!
+//! # Every algorithm in one limiter
+//!
+//! [`PostgresLimiter<AnyPolicy>`](PostgresLimiter) (also through
+//! [`for_policy`](PostgresLimiter::for_policy)) takes checks of fixed
+//! windows, sliding windows and GCRA alike, for configurations that choose
+//! the algorithm per rule. A check, and a batch of one algorithm, take that
+//! algorithm's statements at their cost. A batch that mixes algorithms is one
+//! statement, `runlimit_check_counters`, atomic across the three tables: it
+//! takes every counter's advisory lock in the global order, then the rows,
+//! then capacity in one pass over the tables in the ledger's order, decides
+//! every check on one clock sample, and consumes all or nothing. A receipt
+//! of a mixed batch is refunded in one statement (`runlimit_refund_counters`)
+//! that takes every lock first, then runs each algorithm's refund; its
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired) shares its bound
+//! among the three tables. Carries between algorithms (a fixed window
+//! replaced by GCRA, say) work as above.
+//!
 //! # Refund, peek and reset
 //!
 //! [`PostgresLimiter`] implements [`runlimit_core::Lifecycle`],
@@ -148,10 +207,29 @@
 //! table (the quickest way to reset every limit of one algorithm) also frees
 //! all its capacity.
 //!
-//! Expiry alone does not free a ledger slot: schedule
-//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`, which
-//! deletes at most that many expired rows along the expiry index, skipping rows
-//! admissions hold, and returns how many it removed. Monitor shard headroom:
+//! Expiry alone does not free a ledger slot: expired rows must be deleted.
+//! [`cleanup_expired`](PostgresLimiter::cleanup_expired)`(maximum_rows)`
+//! deletes at most that many expired rows of one policy type's table along the
+//! expiry index, skipping rows admissions hold, and returns how many it
+//! removed. [`PostgresLimiter`] implements [`runlimit_core::Maintain`]: a
+//! round cleans every counter table in statements of
+//! [`MAINTENANCE_ROWS_PER_STATEMENT`] rows, repeated while they come back
+//! full (at most [`MAINTENANCE_STATEMENTS_PER_TABLE`] per table), so one call
+//! schedules it for every policy type on the Tokio runtime:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use runlimit_core::FixedWindowPolicy;
+//! # use runlimit_postgres::PostgresLimiter;
+//! # async fn run(limiter: PostgresLimiter<FixedWindowPolicy>) -> Result<(), Box<dyn std::error::Error>> {
+//! let maintenance = runlimit_memory::maintenance::spawn(limiter.clone(), Duration::from_secs(60))?;
+//! // … and at shutdown:
+//! maintenance.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Monitor shard headroom:
 //!
 //! ```sql
 //! SELECT counter_table, max(used) AS fullest_shard, sum(used) AS rows
@@ -207,6 +285,49 @@
 //! alone. Applications that must keep a strict migrator of their own can vendor
 //! the bundled schema, [`SCHEMA`], as their own migrations, in its order.
 //!
+//! # A schema of your own
+//!
+//! The limiter's statements name Runlimit's functions without a schema, and
+//! [`migrate`] creates its tables, functions and migration history without
+//! one, so both follow each connection's `search_path`: by default the
+//! `public` schema. To keep everything Runlimit owns in a schema of the
+//! application's choosing, create the schema once (owned by, or granting
+//! `USAGE` and `CREATE` to, the role that migrates) and start every
+//! connection of the limiter's pool with it on the search path, then
+//! migrate:
+//!
+//! ```sql
+//! CREATE SCHEMA ratelimit AUTHORIZATION app;
+//! ```
+//!
+//! ```no_run
+//! use runlimit_core::FixedWindowPolicy;
+//! use runlimit_postgres::{PostgresConfig, PostgresLimiter};
+//! use sqlx::postgres::PgConnectOptions;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = "postgres://app@db/app"
+//!     .parse::<PgConnectOptions>()?
+//!     .options([("search_path", "ratelimit")]);
+//! let pool = runlimit_postgres::pool_options().connect_with(options).await?;
+//! let limiter =
+//!     PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+//! limiter.migrate().await?; // ratelimit.runlimit_fixed_windows, ratelimit._sqlx_migrations, …
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same setting fits in the URL, for configuration that holds only a
+//! URL: `postgres://app@db/app?options=-c%20search_path%3Dratelimit`. It is
+//! sent when a connection starts, so it costs no round trip. Every replica's
+//! pool needs it, since the limiter's statements find the functions through
+//! it; the functions themselves keep the schema they were installed in
+//! (`SET search_path FROM CURRENT`), whatever path calls them. The migration
+//! history then lives in the schema too, apart from the application's own
+//! `_sqlx_migrations`. Keep the application's queries off that pool (a pool
+//! of the limiter's own, as above, already is), or they too resolve
+//! unqualified names in `ratelimit` first.
+//!
 //! # Durability
 //!
 //! Commits are durable by default.
@@ -224,12 +345,16 @@
 //! HMAC secret; readiness checks should verify the database a fail-closed path
 //! depends on.
 
+mod any;
 mod batch;
+mod carry;
 mod config;
 mod connections;
+mod counters;
 mod error;
 mod full_counters;
 mod limiter;
+mod maintenance;
 mod migrate;
 mod pool;
 mod single;
@@ -240,5 +365,6 @@ pub use config::{
 };
 pub use error::{CheckError, MaintenanceError};
 pub use limiter::{PgPolicy, PostgresLimiter};
+pub use maintenance::{MAINTENANCE_ROWS_PER_STATEMENT, MAINTENANCE_STATEMENTS_PER_TABLE};
 pub use migrate::{MIGRATOR, SCHEMA, SchemaMigration, migrate};
 pub use pool::pool_options;

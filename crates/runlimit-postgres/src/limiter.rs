@@ -8,10 +8,10 @@ use std::{
 };
 
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, Check,
-    CleanupObservation, Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant, Granted,
-    Lifecycle, Limiter, Observer, Operation, Policy, Receipt, Refunded, Settle,
-    SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision, CarriedFrom,
+    CarryObservation, Check, CleanupObservation, CounterKey, Credits, Decision, Denial,
+    FixedWindowPolicy, GcraPolicy, Grant, Granted, Lifecycle, Limiter, Observer, Operation, Policy,
+    PolicyLabel, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     notify,
@@ -25,13 +25,14 @@ use sqlx::{
 };
 
 use crate::{
-    batch,
+    batch, carry,
     config::PostgresConfig,
     connections::{Connections, Held, TakeError},
+    counters::{self, Sources},
     error::{CheckError, MaintenanceError, classify, classify_maintenance},
     full_counters::FullCounters,
     migrate::migrate,
-    single::{CHECK_FIXED_WINDOW, EpochMicros},
+    single::{CHECK_FIXED_WINDOW, CHECK_LIVE_FIXED_WINDOW, EpochMicros},
 };
 
 mod sealed {
@@ -39,10 +40,12 @@ mod sealed {
     impl Sealed for runlimit_core::FixedWindowPolicy {}
     impl Sealed for runlimit_core::GcraPolicy {}
     impl Sealed for runlimit_core::SlidingWindowPolicy {}
+    impl Sealed for runlimit_core::AnyPolicy {}
 }
 
 /// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`],
-/// [`SlidingWindowPolicy`] and [`GcraPolicy`]. Sealed.
+/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`] (any of the
+/// three, chosen per check). Sealed.
 pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// The cleanup function for this policy's table.
     #[doc(hidden)]
@@ -52,9 +55,10 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     #[doc(hidden)]
     const ISSUER: &'static str;
 
-    /// Decides every check in one statement and returns one decision per
+    /// Decides every check in one statement (carrying the state of counters
+    /// that carry; see the `carry` module) and returns one decision per
     /// check, in input order, with what a receipt needs, having changed
-    /// nothing unless every check was allowed.
+    /// nothing unless every check was allowed (carried states excepted).
     ///
     /// `full` remembers counters recent replies found full, for the policies
     /// whose batches it routes.
@@ -112,6 +116,16 @@ pub trait PgPolicy: Policy + sealed::Sealed + 'static {
 pub struct Decided {
     decision: Decision,
     stamp: Stamp,
+    /// What the check's counter carried its state from, when it did.
+    carried: Option<CarriedFrom>,
+}
+
+impl Decided {
+    /// The decision, recording that its counter carried a state from `from`.
+    pub(crate) fn carried(mut self, from: Option<CarriedFrom>) -> Self {
+        self.carried = from;
+        self
+    }
 }
 
 /// A quota shared by every replica connected to one PostgreSQL database.
@@ -127,7 +141,12 @@ pub struct Decided {
 ///
 /// `PostgresLimiter<FixedWindowPolicy>` (the default),
 /// `PostgresLimiter<SlidingWindowPolicy>` and `PostgresLimiter<GcraPolicy>`
-/// share one pool and schema but separate tables.
+/// share one pool and schema but separate tables;
+/// `PostgresLimiter<AnyPolicy>` checks all three, and decides a batch that
+/// mixes them in one statement, all admitted or none consumed. Counters whose
+/// policy continues from a predecessor, or whose subject key keeps a previous
+/// secret's, carry their state on a subject's first check, in its one round
+/// trip; see the crate documentation.
 pub struct PostgresLimiter<P = FixedWindowPolicy> {
     connections: Arc<Connections>,
     config: PostgresConfig,
@@ -209,7 +228,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
 
     /// A limiter for policy type `Q` sharing this one's pool, kept
     /// connections, configuration and observer: the fixed-window and GCRA
-    /// limiters of one database.
+    /// limiters of one database, or the [`AnyPolicy`] limiter of all three.
     ///
     /// ```no_run
     /// # use runlimit_core::{FixedWindowPolicy, GcraPolicy};
@@ -317,13 +336,29 @@ impl<P: PgPolicy> PostgresLimiter<P> {
             .run(async |connection| P::decide(connection, checks, &self.config, &self.full).await)
             .await?;
         if decided.len() == checks.len() {
+            self.report_carries(checks, &decided);
             Ok(decided)
         } else {
             Err(CheckError::UnexpectedReply)
         }
     }
 
-    /// Deletes at most `maximum_rows` expired rows of this policy type's table,
+    /// Tells the observer of each counter that carried a state: its policy
+    /// and the kind of source, never the subject.
+    fn report_carries(&self, checks: &[Check<'_, P>], decided: &[Decided]) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        for (check, decided) in checks.iter().zip(decided) {
+            if let Some(from) = decided.carried {
+                let observation = CarryObservation::new(PolicyLabel::of(check), from);
+                notify(&**observer, |observer| observer.on_carry(&observation));
+            }
+        }
+    }
+
+    /// Deletes at most `maximum_rows` expired rows of this policy type's table
+    /// (of all three for [`AnyPolicy`], a share of the bound each),
     /// oldest first, and returns how many it removed. Expired rows never affect
     /// decisions, but only deletion frees their capacity-ledger slot. Rows an
     /// admission holds are skipped, so cleanup does not block admissions.
@@ -457,6 +492,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
                     P::grant(connection, check, up_to, &self.config, &self.full).await
                 })
                 .await?;
+            self.report_carries(std::slice::from_ref(check), std::slice::from_ref(&decided));
             if !decided.decision.is_allowed() {
                 return Ok(Granted::new(decided.decision, 0, None));
             }
@@ -544,104 +580,87 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     }
 }
 
-macro_rules! limiter_for {
-    ($policy:ty) => {
-        impl Limiter for PostgresLimiter<$policy> {
-            type Policy = $policy;
-            type Error = CheckError;
+impl<P: PgPolicy> Limiter for PostgresLimiter<P> {
+    type Policy = P;
+    type Error = CheckError;
 
-            async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.check_one(check).await.map(|decided| decided.decision)
-            }
+    async fn check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.check_one(check).await.map(|decided| decided.decision)
+    }
 
-            async fn check_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<BatchDecision, CheckError> {
-                self.check_batch(checks).await.map(|(batch, _)| batch)
-            }
-        }
-
-        /// Shared by every replica connected to the database.
-        impl Backend for PostgresLimiter<$policy> {
-            fn storage(&self, _policy: &$policy) -> Storage {
-                Storage::Shared
-            }
-        }
-
-        /// Each refund, peek and reset is one statement (one round trip) on
-        /// PostgreSQL's clock, with the lock order and error classes of
-        /// checks; see [`Lifecycle`] and the algorithm's refund rule.
-        impl Lifecycle for PostgresLimiter<$policy> {
-            async fn admit(
-                &self,
-                check: &Check<'_, $policy>,
-            ) -> Result<Admission<Decision>, CheckError> {
-                self.admit_one(check).await
-            }
-
-            async fn admit_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<Admission<BatchDecision>, CheckError> {
-                self.admit_batch(checks).await
-            }
-
-            async fn refund(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, None).await
-            }
-
-            async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.peek_check(check).await
-            }
-
-            async fn reset(
-                &self,
-                policy: &$policy,
-                subject: &SubjectKey,
-            ) -> Result<bool, CheckError> {
-                self.reset_counter(policy, subject).await
-            }
-        }
-
-        /// A grant is one statement: the counter's locks, its room read on
-        /// PostgreSQL's clock, and the admission of that many units.
-        impl Grant for PostgresLimiter<$policy> {
-            async fn grant(
-                &self,
-                check: &Check<'_, $policy>,
-                up_to: u64,
-            ) -> Result<Granted, CheckError> {
-                self.grant_units(check, up_to).await
-            }
-        }
-
-        /// A settlement is a refund of the unused units: one statement, or
-        /// none when every check keeps its whole cost.
-        impl Settle for PostgresLimiter<$policy> {
-            async fn settle(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-                used: &[u64],
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, Some(used)).await
-            }
-        }
-    };
+    async fn check_all(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+        self.check_batch(checks).await.map(|(batch, _)| batch)
+    }
 }
 
-limiter_for!(FixedWindowPolicy);
-limiter_for!(SlidingWindowPolicy);
-limiter_for!(GcraPolicy);
+/// Shared by every replica connected to the database.
+impl<P: PgPolicy> Backend for PostgresLimiter<P> {
+    fn storage(&self, _policy: &P) -> Storage {
+        Storage::Shared
+    }
+}
+
+/// Each refund, peek and reset is one statement (one round trip) on
+/// PostgreSQL's clock, with the lock order and error classes of
+/// checks; see [`Lifecycle`] and the algorithm's refund rule.
+impl<P: PgPolicy> Lifecycle for PostgresLimiter<P> {
+    async fn admit(&self, check: &Check<'_, P>) -> Result<Admission<Decision>, CheckError> {
+        self.admit_one(check).await
+    }
+
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<Admission<BatchDecision>, CheckError> {
+        self.admit_batch(checks).await
+    }
+
+    async fn refund(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, None).await
+    }
+
+    async fn peek(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.peek_check(check).await
+    }
+
+    async fn reset(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
+        self.reset_counter(policy, subject).await
+    }
+}
+
+/// A grant is one statement: the counter's locks, its room read on
+/// PostgreSQL's clock, and the admission of that many units.
+impl<P: PgPolicy> Grant for PostgresLimiter<P> {
+    async fn grant(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
+        self.grant_units(check, up_to).await
+    }
+}
+
+/// A settlement is a refund of the unused units: one statement, or
+/// none when every check keeps its whole cost.
+impl<P: PgPolicy> Settle for PostgresLimiter<P> {
+    async fn settle(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, Some(used)).await
+    }
+}
+
+/// The advisory-lock id of one check's counter.
+pub(crate) fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
+    counter_lock_id(&check.counter_key())
+}
 
 /// The advisory-lock id of one counter key.
-fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
-    let key = check.counter_key().to_bytes();
+pub(crate) fn counter_lock_id(counter: &CounterKey) -> i64 {
+    let key = counter.to_bytes();
     let mut word = [0u8; 8];
     for (index, byte) in word.iter_mut().enumerate() {
         *byte = key[index] ^ key[32 + index];
@@ -651,14 +670,18 @@ fn lock_id<P: Policy>(check: &Check<'_, P>) -> i64 {
 
 /// The advisory-lock ids of a batch: derived from each counter key, sorted and
 /// deduplicated so every transaction locks in one global order.
-fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
-    let mut ids: Vec<i64> = checks.iter().map(lock_id).collect();
+pub(crate) fn lock_ids<P: Policy>(checks: &[Check<'_, P>]) -> Vec<i64> {
+    sorted_lock_ids(checks.iter().map(lock_id).collect())
+}
+
+/// `ids` sorted and deduplicated: the order every transaction locks in.
+pub(crate) fn sorted_lock_ids(mut ids: Vec<i64>) -> Vec<i64> {
     ids.sort_unstable();
     ids.dedup();
     ids
 }
 
-fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
+pub(crate) fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
     checks
         .iter()
         .map(|check| check.counter_key().to_bytes().to_vec())
@@ -668,7 +691,7 @@ fn counter_keys<P: Policy>(checks: &[Check<'_, P>]) -> Vec<Vec<u8>> {
 /// The parameters every admission function takes last: the rows a capacity
 /// shard may hold, the lock timeout, and whether commits may skip the
 /// write-ahead-log flush.
-trait BindSettings {
+pub(crate) trait BindSettings {
     fn bind_settings(self, config: &PostgresConfig) -> Self;
 }
 
@@ -680,18 +703,18 @@ impl BindSettings for Query<'_, Postgres, PgArguments> {
     }
 }
 
-fn as_i64(value: u64) -> i64 {
+pub(crate) fn as_i64(value: u64) -> i64 {
     // Every value passed is bounded by MAX_LIMIT or MAX_WINDOW in microseconds.
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn as_u64(value: i64) -> u64 {
+pub(crate) fn as_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
 /// A stamp word as the signed integer PostgreSQL stores (and back): the
 /// bit pattern is kept, so every value round-trips.
-fn word_to_i64(word: u64) -> i64 {
+pub(crate) fn word_to_i64(word: u64) -> i64 {
     i64::from_ne_bytes(word.to_ne_bytes())
 }
 
@@ -725,21 +748,48 @@ impl PgPolicy for FixedWindowPolicy {
         let window_us =
             |check: &Check<'_, Self>| as_i64(check.policy().window_millis().saturating_mul(1_000));
         let cost = |check: &Check<'_, Self>| as_i64(check.cost());
-        // Each check's outcome, count, window expiry and clock sample.
-        let rows: Vec<(i16, i64, i64, i64)> = if let [check] = checks {
+        // Counters that may carry another's state take the same statements,
+        // with their carry sources for fallbacks that carry (see the `carry`
+        // module).
+        let carrying = checks.iter().any(Check::carries);
+        if carrying && checks.len() > batch::MAX_CHECKS {
+            return counters::decide(connection, checks, config, full).await;
+        }
+        let sources = if carrying {
+            Sources::of(checks)
+        } else {
+            Sources::default()
+        };
+        // Each check's outcome, count, window expiry and clock sample, and
+        // the source it carried from.
+        let rows: Vec<(batch::Reply, i64)> = if let [check] = checks {
             // One check: a statement that admits it by updating its row in
             // place, or else calls the function of one row.
-            let row = sqlx::query(CHECK_FIXED_WINDOW)
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(limit(check))
-                .bind(window_us(check))
-                .bind(cost(check))
-                .bind_settings(config)
-                .fetch_one(connection)
-                .await?;
+            let mut query = sqlx::query(if carrying {
+                CHECK_LIVE_FIXED_WINDOW
+            } else {
+                CHECK_FIXED_WINDOW
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(limit(check))
+            .bind(window_us(check))
+            .bind(cost(check))
+            .bind_settings(config);
+            if carrying {
+                query = query.bind(&sources.keys).bind(&sources.words);
+            }
+            let row = query.fetch_one(connection).await?;
             let (EpochMicros(expires_us), EpochMicros(now_us)) = (row.try_get(2)?, row.try_get(3)?);
-            vec![(row.try_get(0)?, row.try_get(1)?, expires_us, now_us)]
+            let carried = if carrying {
+                row.try_get::<Option<i32>, _>(4)?.map_or(0, i64::from)
+            } else {
+                0
+            };
+            vec![(
+                (row.try_get(0)?, row.try_get(1)?, expires_us, now_us),
+                carried,
+            )]
         } else if checks.len() <= batch::MAX_CHECKS {
             // A small batch: a statement that admits it by updating its rows
             // in place, or else settles it; a batch naming a counter found
@@ -748,9 +798,9 @@ impl PgPolicy for FixedWindowPolicy {
             // statement's take-back relies on.
             let mut locks: Vec<i64> = checks.iter().map(lock_id).collect();
             let statement = if full.any(locks.iter().copied()) {
-                batch::settle_statement(checks.len())
+                batch::settle_statement(checks.len(), carrying)
             } else {
-                batch::statement(checks.len())
+                batch::statement(checks.len(), carrying)
             };
             locks.sort_unstable();
             let mut query = sqlx::query(statement);
@@ -769,8 +819,11 @@ impl PgPolicy for FixedWindowPolicy {
             for value in locks {
                 query = query.bind(value);
             }
-            let rows = query.bind_settings(config).fetch_all(connection).await?;
-            batch::replies(&rows, checks.len())?
+            query = query.bind_settings(config);
+            if carrying {
+                query = query.bind(&sources.keys).bind(&sources.words);
+            }
+            batch::replies(&query.fetch_all(connection).await?, checks.len(), carrying)?
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_used, r_expires_us, r_now_us \
@@ -785,13 +838,19 @@ impl PgPolicy for FixedWindowPolicy {
             .fetch_all(connection)
             .await?
             .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?)))
+            .map(|row| {
+                let reply = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+                Ok((reply, 0))
+            })
             .collect::<Result<_, sqlx::Error>>()?
         };
         checks
             .iter()
             .zip(rows)
-            .map(|(check, row)| fixed_window_decided(check, row, full))
+            .map(|(check, (reply, carried))| {
+                Ok(fixed_window_decided(check, reply, full)?
+                    .carried(sources.carried(Some(carried))?))
+            })
             .collect()
     }
 
@@ -802,6 +861,9 @@ impl PgPolicy for FixedWindowPolicy {
         config: &PostgresConfig,
         full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let row = sqlx::query(
             "SELECT r_granted, r_outcome, r_used, r_expires_us, r_now_us \
@@ -865,6 +927,9 @@ impl PgPolicy for FixedWindowPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let row = sqlx::query(
             "SELECT w.used, (EXTRACT(EPOCH FROM w.window_expires_at) * 1000000)::bigint, \
              (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
@@ -892,6 +957,9 @@ impl PgPolicy for FixedWindowPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_fixed_windows($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -904,7 +972,7 @@ impl PgPolicy for FixedWindowPolicy {
 
 /// A fixed-window check's decision from its outcome, count, window expiry
 /// and clock sample, recording a quota denial in `full`.
-fn fixed_window_decided(
+pub(crate) fn fixed_window_decided(
     check: &Check<'_, FixedWindowPolicy>,
     (outcome, used, expires_us, now_us): (i16, i64, i64, i64),
     full: &FullCounters,
@@ -930,7 +998,11 @@ fn fixed_window_decided(
     };
     // The window the admission counts in, and the count it left.
     let stamp = Stamp::new([i64_to_word(expires_us), as_u64(used), 0]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 impl PgPolicy for GcraPolicy {
@@ -941,7 +1013,7 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<GcraMicros> = checks
             .iter()
@@ -950,25 +1022,42 @@ impl PgPolicy for GcraPolicy {
         let column = |value: fn(&GcraMicros) -> u64| -> Vec<i64> {
             exact.iter().map(|check| as_i64(value(check))).collect()
         };
+        // A counter that may carry another's state: the single check's
+        // function taking its carry sources too (and what a new counter's
+        // general path takes); batches go to the function of every
+        // algorithm.
+        let carrying = checks.iter().any(Check::carries);
+        let mut sources = Sources::default();
         let rows = if let ([check], [one]) = (checks, exact.as_slice()) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
-            vec![
-                sqlx::query(
-                    "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
-                     FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(as_i64(one.quota))
-                .bind(as_i64(one.increment.whole))
-                .bind(as_i64(one.increment.remainder))
-                .bind(as_i64(one.tolerance.whole))
-                .bind(as_i64(one.tolerance.remainder))
-                .bind_settings(config)
-                .fetch_one(connection)
-                .await?,
-            ]
+            let mut query = sqlx::query(if carrying {
+                "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version, r_carried \
+                 FROM runlimit_check_live_gcra_counter(\
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+            } else {
+                "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
+                 FROM runlimit_check_gcra_counter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(as_i64(one.quota))
+            .bind(as_i64(one.increment.whole))
+            .bind(as_i64(one.increment.remainder))
+            .bind(as_i64(one.tolerance.whole))
+            .bind(as_i64(one.tolerance.remainder))
+            .bind_settings(config);
+            if carrying {
+                sources = Sources::of(checks);
+                query = query
+                    .bind(as_i64(check.policy().period_millis().saturating_mul(1_000)))
+                    .bind(as_i64(check.cost()))
+                    .bind(&sources.keys)
+                    .bind(&sources.words);
+            }
+            vec![query.fetch_one(connection).await?]
+        } else if carrying {
+            return counters::decide(connection, checks, config, full).await;
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_ahead_us, r_ahead_rem, r_now_us, r_version \
@@ -989,7 +1078,10 @@ impl PgPolicy for GcraPolicy {
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| gcra_decided(check, exact, &row, 0))
+            .map(|((check, row), exact)| {
+                Ok(gcra_decided(check, exact, &GcraReply::read(&row, 0)?)?
+                    .carried(carried_from(&row, 5, carrying, &sources)?))
+            })
             .collect()
     }
 
@@ -998,8 +1090,11 @@ impl PgPolicy for GcraPolicy {
         check: &Check<'_, Self>,
         up_to: u64,
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let exact = GcraMicros::new(policy, check.cost());
         let row = sqlx::query(
@@ -1020,7 +1115,10 @@ impl PgPolicy for GcraPolicy {
         let granted = as_u64(row.try_get(0)?);
         // The decision does not depend on the cost decided: the arrival time
         // the statement reports already holds it.
-        Ok((granted, gcra_decided(check, &exact, &row, 1)?))
+        Ok((
+            granted,
+            gcra_decided(check, &exact, &GcraReply::read(&row, 1)?)?,
+        ))
     }
 
     async fn refund(
@@ -1068,6 +1166,9 @@ impl PgPolicy for GcraPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let row = sqlx::query(
             "SELECT g.tat_us, g.tat_rem, \
              (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint \
@@ -1096,6 +1197,9 @@ impl PgPolicy for GcraPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_gcra($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -1106,23 +1210,58 @@ impl PgPolicy for GcraPolicy {
     }
 }
 
-/// A GCRA check's decision from the reply's columns starting at `first`:
-/// outcome, how far ahead of now the arrival time lies, the clock sample and
-/// the row's version.
-fn gcra_decided(
+/// The source a carrying single check's reply names in `column`.
+fn carried_from(
+    row: &PgRow,
+    column: usize,
+    carrying: bool,
+    sources: &Sources,
+) -> Result<Option<CarriedFrom>, sqlx::Error> {
+    if !carrying {
+        return Ok(None);
+    }
+    sources.carried(row.try_get::<Option<i32>, _>(column)?.map(i64::from))
+}
+
+/// What a GCRA function replies for one check: outcome, how far ahead of
+/// now the arrival time lies, the clock sample and the row's version.
+pub(crate) struct GcraReply {
+    pub(crate) outcome: i16,
+    pub(crate) ahead_us: i64,
+    pub(crate) ahead_rem: i64,
+    pub(crate) now_us: i64,
+    pub(crate) version: i64,
+}
+
+impl GcraReply {
+    /// The reply in `row`'s columns starting at `first`.
+    fn read(row: &PgRow, first: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            outcome: row.try_get(first)?,
+            ahead_us: row.try_get(first + 1)?,
+            ahead_rem: row.try_get(first + 2)?,
+            now_us: row.try_get(first + 3)?,
+            version: row.try_get(first + 4)?,
+        })
+    }
+}
+
+/// A GCRA check's decision from its reply.
+pub(crate) fn gcra_decided(
     check: &Check<'_, GcraPolicy>,
     exact: &GcraMicros,
-    row: &PgRow,
-    first: usize,
+    &GcraReply {
+        outcome,
+        ahead_us,
+        ahead_rem,
+        now_us,
+        version,
+    }: &GcraReply,
 ) -> Result<Decided, sqlx::Error> {
-    let outcome: i16 = row.try_get(first)?;
-    let ahead_us: i64 = row.try_get(first + 1)?;
     let ahead = ExactMicros {
         whole: as_u64(ahead_us),
-        remainder: as_u64(row.try_get(first + 2)?),
+        remainder: as_u64(ahead_rem),
     };
-    let now_us: i64 = row.try_get(first + 3)?;
-    let version: i64 = row.try_get(first + 4)?;
     let decision = match outcome {
         OUTCOME_ALLOWED | OUTCOME_QUOTA => exact.decision(check.policy(), ahead),
         _ => capacity_decision(),
@@ -1133,7 +1272,11 @@ fn gcra_decided(
         ahead.remainder,
         i64_to_word(version),
     ]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 impl PgPolicy for SlidingWindowPolicy {
@@ -1147,7 +1290,7 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         checks: &[Check<'_, Self>],
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<Vec<Decided>, sqlx::Error> {
         let exact: Vec<SlidingMicros> = checks
             .iter()
@@ -1159,6 +1302,11 @@ impl PgPolicy for SlidingWindowPolicy {
             .collect();
         let sub_windows: Vec<i64> = exact.iter().map(|exact| as_i64(exact.sub_window)).collect();
         let costs: Vec<i64> = checks.iter().map(|check| as_i64(check.cost())).collect();
+        // A counter that may carry another's state: the single check's
+        // function taking its carry sources too; batches go to the function
+        // of every algorithm.
+        let carrying = checks.iter().any(Check::carries);
+        let mut sources = Sources::default();
         let rows = if let ([check], [limit], [sub_window], [cost]) = (
             checks,
             limits.as_slice(),
@@ -1167,20 +1315,26 @@ impl PgPolicy for SlidingWindowPolicy {
         ) {
             // One check: the function of one row (decided under the row's
             // lock when it exists), no arrays, no set to sort.
-            vec![
-                sqlx::query(
-                    "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
-                     FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(check.counter_key().to_bytes().to_vec())
-                .bind(lock_id(check))
-                .bind(*limit)
-                .bind(*sub_window)
-                .bind(*cost)
-                .bind_settings(config)
-                .fetch_one(connection)
-                .await?,
-            ]
+            let mut query = sqlx::query(if carrying {
+                "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version, r_carried \
+                 FROM runlimit_check_live_sliding_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            } else {
+                "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
+                 FROM runlimit_check_sliding_window($1, $2, $3, $4, $5, $6, $7, $8)"
+            })
+            .bind(check.counter_key().to_bytes().to_vec())
+            .bind(lock_id(check))
+            .bind(*limit)
+            .bind(*sub_window)
+            .bind(*cost)
+            .bind_settings(config);
+            if carrying {
+                sources = Sources::of(checks);
+                query = query.bind(&sources.keys).bind(&sources.words);
+            }
+            vec![query.fetch_one(connection).await?]
+        } else if carrying {
+            return counters::decide(connection, checks, config, full).await;
         } else {
             sqlx::query(
                 "SELECT r_outcome, r_latest, r_counts, r_now_us, r_version \
@@ -1199,7 +1353,12 @@ impl PgPolicy for SlidingWindowPolicy {
             .iter()
             .zip(rows)
             .zip(&exact)
-            .map(|((check, row), exact)| sliding_window_decided(check, exact, &row, 0))
+            .map(|((check, row), exact)| {
+                Ok(
+                    sliding_window_decided(check, exact, &SlidingReply::read(&row, 0)?)?
+                        .carried(carried_from(&row, 5, carrying, &sources)?),
+                )
+            })
             .collect()
     }
 
@@ -1208,8 +1367,11 @@ impl PgPolicy for SlidingWindowPolicy {
         check: &Check<'_, Self>,
         up_to: u64,
         config: &PostgresConfig,
-        _full: &FullCounters,
+        full: &FullCounters,
     ) -> Result<(u64, Decided), sqlx::Error> {
+        if check.carries() {
+            return counters::grant(connection, check, up_to, config, full).await;
+        }
         let policy = check.policy();
         let exact = SlidingMicros::new(policy);
         let row = sqlx::query(
@@ -1231,7 +1393,7 @@ impl PgPolicy for SlidingWindowPolicy {
             .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
         Ok((
             granted,
-            sliding_window_decided(&decided_as, &exact, &row, 1)?,
+            sliding_window_decided(&decided_as, &exact, &SlidingReply::read(&row, 1)?)?,
         ))
     }
 
@@ -1274,6 +1436,9 @@ impl PgPolicy for SlidingWindowPolicy {
         connection: &mut PgConnection,
         check: &Check<'_, Self>,
     ) -> Result<Decision, sqlx::Error> {
+        if check.carries() {
+            return carry::peek(connection, check).await;
+        }
         let exact = SlidingMicros::new(check.policy());
         let row = sqlx::query(
             "SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, \
@@ -1303,6 +1468,9 @@ impl PgPolicy for SlidingWindowPolicy {
         check: &Check<'_, Self>,
         config: &PostgresConfig,
     ) -> Result<bool, sqlx::Error> {
+        if check.carries() {
+            return carry::reset(connection, check, config).await;
+        }
         sqlx::query_scalar("SELECT runlimit_reset_sliding_windows($1, $2, $3, $4)")
             .bind(check.counter_key().to_bytes().to_vec())
             .bind(lock_id(check))
@@ -1313,23 +1481,40 @@ impl PgPolicy for SlidingWindowPolicy {
     }
 }
 
-/// A sliding-window check's decision from the reply's columns starting at
-/// `first`: outcome, the eighth and counts it was judged against, the clock
-/// sample and the row's version.
-fn sliding_window_decided(
+/// What a sliding-window function replies for one check: outcome, the
+/// eighth and counts it was judged against, the clock sample and the row's
+/// version.
+pub(crate) struct SlidingReply {
+    pub(crate) outcome: i16,
+    pub(crate) latest: i64,
+    pub(crate) counts: Vec<i64>,
+    pub(crate) now_us: i64,
+    pub(crate) version: i64,
+}
+
+impl SlidingReply {
+    /// The reply in `row`'s columns starting at `first`.
+    fn read(row: &PgRow, first: usize) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            outcome: row.try_get(first)?,
+            latest: row.try_get(first + 1)?,
+            counts: row.try_get(first + 2)?,
+            now_us: row.try_get(first + 3)?,
+            version: row.try_get(first + 4)?,
+        })
+    }
+}
+
+/// A sliding-window check's decision from its reply.
+pub(crate) fn sliding_window_decided(
     check: &Check<'_, SlidingWindowPolicy>,
     exact: &SlidingMicros,
-    row: &PgRow,
-    first: usize,
+    reply: &SlidingReply,
 ) -> Result<Decided, sqlx::Error> {
-    let outcome: i16 = row.try_get(first)?;
-    let judged = buckets(
-        exact,
-        row.try_get(first + 1)?,
-        &row.try_get::<Vec<i64>, _>(first + 2)?,
-    )?;
-    let now_us = as_u64(row.try_get(first + 3)?);
-    let version: i64 = row.try_get(first + 4)?;
+    let outcome = reply.outcome;
+    let judged = buckets(exact, reply.latest, &reply.counts)?;
+    let now_us = as_u64(reply.now_us);
+    let version = reply.version;
     let policy = check.policy();
     let decision = match (outcome, exact.admit(Some(judged), check.cost(), now_us)) {
         (OUTCOME_ALLOWED, SlidingOutcome::Allowed { decision, .. }) => decision,
@@ -1350,7 +1535,11 @@ fn sliding_window_decided(
         i64_to_word(version),
         0,
     ]);
-    Ok(Decided { decision, stamp })
+    Ok(Decided {
+        decision,
+        stamp,
+        carried: None,
+    })
 }
 
 fn malformed() -> sqlx::Error {

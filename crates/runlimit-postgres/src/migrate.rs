@@ -27,7 +27,8 @@ pub struct SchemaMigration {
 /// that vendor it as their own migrations instead of calling [`migrate`]:
 /// first what every counter table shares (column domains, the capacity
 /// ledger, the steps every function runs), then one migration per algorithm
-/// with its table and functions. These are the migrations [`migrate`] and
+/// with its table and functions, then the functions of carries and of
+/// checks of any algorithm. These are the migrations [`migrate`] and
 /// [`MIGRATOR`] apply; from 0.1.0 on they never change, and later schema
 /// changes arrive as further entries.
 ///
@@ -57,10 +58,17 @@ pub const SCHEMA: &[SchemaMigration] = &[
         description: "create runlimit sliding windows",
         sql: include_str!("../migrations/20261201000004_create_runlimit_sliding_windows.sql"),
     },
+    SchemaMigration {
+        version: 20261207000001,
+        description: "create runlimit carries",
+        sql: include_str!("../migrations/20261207000001_create_runlimit_carries.sql"),
+    },
 ];
 
-/// Applies the bundled migrations in the pool's current schema, tolerating
-/// versions other migrators (the host application's) recorded in the same
+/// Applies the bundled migrations in the pool's current schema (the first
+/// schema on its connections' `search_path`; see [a schema of your
+/// own](crate#a-schema-of-your-own) to choose it), tolerating versions other
+/// migrators (the host application's) recorded in the same
 /// `_sqlx_migrations` history. Re-running is a no-op.
 ///
 /// Every migrator sharing that history must likewise enable

@@ -46,6 +46,46 @@
 //! the fallback function resolve through the caller's `search_path`, as the
 //! function name always did.
 
+// The in-place statement with `$fallback` deciding what the update leaves,
+// and `$columns` after the four every reply has: its text is written once
+// for every fallback.
+macro_rules! in_place_check {
+    ($fallback:literal, $admitted_columns:literal, $fallback_columns:literal) => {
+        concat!(
+            "\
+WITH admitted AS (
+    UPDATE runlimit_fixed_windows AS w
+    SET used = w.used + $5::bigint
+    WHERE w.counter_key = $1::bytea
+        AND w.used + $5::bigint <= $3::bigint
+        AND w.window_expires_at > pg_catalog.clock_timestamp()
+        AND pg_catalog.set_config('lock_timeout', $7::integer::text || 'ms', true) IS NOT NULL
+        AND (NOT $8::boolean
+            OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
+    RETURNING w.used::bigint AS used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
+)
+SELECT 0::smallint, a.used, a.window_expires_at, a.now",
+            $admitted_columns,
+            " FROM admitted AS a
+UNION ALL
+SELECT
+    (s.f).r_outcome,
+    (s.f).r_used,
+    'epoch'::timestamptz + (s.f).r_expires_us * interval '1 microsecond',
+    'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'",
+            $fallback_columns,
+            "
+FROM (
+    SELECT ",
+            $fallback,
+            " AS f
+    WHERE NOT EXISTS (SELECT FROM admitted)
+    OFFSET 0
+) AS s"
+        )
+    };
+}
+
 /// Parameters: `$1` counter key, `$2` advisory-lock id, `$3` limit, `$4`
 /// window in microseconds, `$5` cost, `$6` rows per capacity shard, `$7` lock
 /// timeout in milliseconds, `$8` relaxed durability. One row: outcome, used,
@@ -60,30 +100,24 @@
 /// returns the count as a plain `bigint` (the column's type is a domain over
 /// it), so the admitted branch has the union's column types
 /// and PostgreSQL scans it without a projection node of its own.
-pub(crate) const CHECK_FIXED_WINDOW: &str = "\
-WITH admitted AS (
-    UPDATE runlimit_fixed_windows AS w
-    SET used = w.used + $5::bigint
-    WHERE w.counter_key = $1::bytea
-        AND w.used + $5::bigint <= $3::bigint
-        AND w.window_expires_at > pg_catalog.clock_timestamp()
-        AND pg_catalog.set_config('lock_timeout', $7::integer::text || 'ms', true) IS NOT NULL
-        AND (NOT $8::boolean
-            OR pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL)
-    RETURNING w.used::bigint AS used, w.window_expires_at, pg_catalog.clock_timestamp() AS now
-)
-SELECT 0::smallint, a.used, a.window_expires_at, a.now FROM admitted AS a
-UNION ALL
-SELECT
-    (s.f).r_outcome,
-    (s.f).r_used,
-    'epoch'::timestamptz + (s.f).r_expires_us * interval '1 microsecond',
-    'epoch'::timestamptz + (s.f).r_now_us * interval '1 microsecond'
-FROM (
-    SELECT runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8) AS f
-    WHERE NOT EXISTS (SELECT FROM admitted)
-    OFFSET 0
-) AS s";
+pub(crate) const CHECK_FIXED_WINDOW: &str = in_place_check!(
+    "runlimit_check_fixed_window($1, $2, $3, $4, $5, $6, $7, $8)",
+    "",
+    ""
+);
+
+/// [`CHECK_FIXED_WINDOW`] for a check whose counter carries (see the
+/// `carry` module): the same update, which admits a live window in place,
+/// and for anything else `runlimit_check_live_fixed_window`, which decides
+/// as `runlimit_check_fixed_window` does, carrying the state of a counter
+/// without a live window from its sources. The same parameters, then the
+/// sources (`$9` their keys, `$10` four numbers each); one more column, the
+/// source carried from (`NULL` for none).
+pub(crate) const CHECK_LIVE_FIXED_WINDOW: &str = in_place_check!(
+    "runlimit_check_live_fixed_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    ", NULL::integer",
+    ",\n    (s.f).r_carried"
+);
 
 /// Microseconds since the Unix epoch, read exactly from a `timestamptz`
 /// column, which PostgreSQL's binary format sends as microseconds since

@@ -158,4 +158,33 @@ async fn every_check_and_batch_is_a_single_statement() {
             "sliding reset"
         );
     }
+
+    // A counter carrying its predecessor's state: the first check of each
+    // subject, which carries, is one statement, and so is the next.
+    let old = policy("carried", 5, Duration::from_secs(60));
+    let new = policy("carried", 6, Duration::from_secs(60))
+        .continuing(&old)
+        .expect("lineage");
+    for round in 0..3 {
+        fixed
+            .check(&Check::new(&old, key(7, round)))
+            .await
+            .expect("check");
+        let check = Check::new(&new, key(7, round));
+        let before = counter.0.load(Ordering::SeqCst);
+        let carried = fixed.check(&check).await.expect("check");
+        assert_eq!(carried.remaining(), Some(4), "one unit carried");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "the first carried check"
+        );
+        let before = counter.0.load(Ordering::SeqCst);
+        fixed.check(&check).await.expect("check");
+        assert_eq!(
+            counter.0.load(Ordering::SeqCst) - before,
+            1,
+            "the next check of a carried subject"
+        );
+    }
 }

@@ -15,8 +15,8 @@ use std::{
 };
 
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter, PolicyId, ScopeId, Settle,
-    SlidingWindowPolicy,
+    AnyPolicy, BatchDecision, Check, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter,
+    PolicyId, ScopeId, Settle, SlidingWindowPolicy,
 };
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use sqlx::{
@@ -340,4 +340,143 @@ async fn every_check_and_batch_is_one_round_trip_on_the_wire() {
     let sent = proxy.take();
     let syncs = sent.iter().filter(|&&kind| kind == b'S').count();
     assert!(syncs > 3, "three checks on a shared pool sent {sent:?}");
+}
+
+#[tokio::test]
+async fn a_carrying_check_is_one_round_trip_when_it_carries_and_after() {
+    let Some(schema) = common::schema("wire_carry").await else {
+        return;
+    };
+    drop(schema.migrated_pool(1).await);
+    let upstream = {
+        let options = PgConnectOptions::from_str(&database_url()).expect("url");
+        tokio::net::lookup_host((options.get_host(), options.get_port()))
+            .await
+            .expect("resolve")
+            .next()
+            .expect("an address")
+    };
+    let proxy = WireProxy::start(upstream).await;
+    let pool = pool_through(runlimit_postgres::pool_options(), &proxy, &schema.name).await;
+    let fixed =
+        PostgresLimiter::<FixedWindowPolicy>::with_dedicated_pool(pool, PostgresConfig::default());
+    let gcra: PostgresLimiter<GcraPolicy> = fixed.for_policy();
+    let sliding: PostgresLimiter<SlidingWindowPolicy> = fixed.for_policy();
+    let any: PostgresLimiter<AnyPolicy> = fixed.for_policy();
+    // Each new policy continues from an old one with a lower limit.
+    let old_windows =
+        [0, 1].map(|n| policy(&format!("wire.carry{n}"), 1_000, Duration::from_secs(60)));
+    let windows = old_windows.each_ref().map(|old| {
+        policy(old.id().as_str(), 1_001, Duration::from_secs(60))
+            .continuing(old)
+            .expect("lineage")
+    });
+    let old_gcra = gcra_policy();
+    let rates = [1, 2].map(|quota| {
+        GcraPolicy::new(
+            PolicyId::new("gcra").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            quota,
+            Duration::from_secs(quota),
+            6,
+        )
+        .expect("valid")
+        .continuing(&old_gcra)
+        .expect("lineage")
+    });
+    let old_sliding = sliding_window("wire.carry.sliding", 1_000);
+    let sliding_policy = sliding_window("wire.carry.sliding", 1_001)
+        .continuing(&old_sliding)
+        .expect("lineage");
+    let mixed: [AnyPolicy; 2] = [windows[0].clone().into(), rates[0].clone().into()];
+    // Each round: a subject's first check under the new policy, which
+    // carries the unit its old counter spent, and its next check are one
+    // round trip each. Round 0 prepares the statements.
+    for round in 0..=3 {
+        let expect_sent = |name: &str, expected: &[u8]| {
+            let sent = proxy.take();
+            if round > 0 {
+                assert_eq!(sent, expected, "{name}, round {round}");
+            }
+        };
+        for (n, old) in (1..).zip(&old_windows) {
+            fixed
+                .check(&Check::new(old, key(n, round)))
+                .await
+                .expect("spend");
+        }
+        gcra.check(&Check::new(&old_gcra, key(3, round)))
+            .await
+            .expect("spend");
+        gcra.check(&Check::new(&old_gcra, key(5, round)))
+            .await
+            .expect("spend");
+        sliding
+            .check(&Check::new(&old_sliding, key(4, round)))
+            .await
+            .expect("spend");
+        fixed
+            .check(&Check::new(&old_windows[0], key(6, round)))
+            .await
+            .expect("spend");
+        proxy.take();
+
+        let check = Check::new(&windows[0], key(1, round));
+        let carried = fixed.check(&check).await.expect("check");
+        expect_sent("first fixed-window check", ONE_ROUND_TRIP);
+        assert_eq!(carried.remaining(), Some(999), "one unit carried");
+        fixed.check(&check).await.expect("check");
+        expect_sent("next fixed-window check", ONE_ROUND_TRIP);
+        let batch = [
+            Check::new(&windows[0], key(2, round)),
+            Check::new(&windows[1], key(2, round)),
+        ];
+        fixed.check_all(&batch).await.expect("batch");
+        expect_sent("first fixed-window batch", ONE_ROUND_TRIP);
+        let batch = [
+            Check::new(&windows[1], key(2, round)),
+            Check::new(&windows[0], key(1, round)),
+        ];
+        match fixed.check_all(&batch).await.expect("batch") {
+            BatchDecision::Allowed(decisions) => {
+                let remaining: Vec<_> = decisions.iter().map(|d| d.remaining()).collect();
+                assert_eq!(remaining, [Some(998), Some(997)], "carried and counted");
+            }
+            denied => panic!("expected the batch allowed, got {denied:?}"),
+        }
+        expect_sent("next fixed-window batch", ONE_ROUND_TRIP);
+        let check = Check::new(&rates[0], key(3, round));
+        let carried = gcra.check(&check).await.expect("check");
+        expect_sent("first GCRA check", ONE_ROUND_TRIP);
+        assert_eq!(carried.remaining(), Some(4), "one unit carried");
+        gcra.check(&check).await.expect("check");
+        expect_sent("next GCRA check", ONE_ROUND_TRIP);
+        let check = Check::new(&sliding_policy, key(4, round));
+        let carried = sliding.check(&check).await.expect("check");
+        expect_sent("first sliding-window check", ONE_ROUND_TRIP);
+        assert_eq!(carried.remaining(), Some(999), "one unit carried");
+        sliding.check(&check).await.expect("check");
+        expect_sent("next sliding-window check", ONE_ROUND_TRIP);
+        // Batches of the general functions, and mixed batches.
+        let batch = rates
+            .each_ref()
+            .map(|policy| Check::new(policy, key(5, round)));
+        gcra.check_all(&batch).await.expect("batch");
+        expect_sent("first GCRA batch", ONE_ROUND_TRIP);
+        let batch = mixed
+            .each_ref()
+            .map(|policy| Check::new(policy, key(6, round)));
+        any.check_all(&batch).await.expect("batch");
+        expect_sent("first mixed batch", ONE_ROUND_TRIP);
+    }
+}
+
+fn sliding_window(name: &str, limit: u64) -> SlidingWindowPolicy {
+    SlidingWindowPolicy::new(
+        PolicyId::new(name).expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        limit,
+        Duration::from_secs(60),
+    )
+    .expect("valid")
 }

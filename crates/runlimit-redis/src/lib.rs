@@ -13,9 +13,8 @@
 //! use runlimit_redis::{RedisConfig, RedisLimiter};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let limiter =
-//!     RedisLimiter::<_, GcraPolicy>::connect("redis://cache.internal:6379/", RedisConfig::default())
-//!         .await?;
+//! // The policy type (here GcraPolicy) follows from the checks.
+//! let limiter = RedisLimiter::connect("redis://cache.internal:6379/", RedisConfig::default()).await?;
 //! let policy = GcraPolicy::new(
 //!     PolicyId::new("api.read")?,
 //!     ScopeId::new("client")?,
@@ -28,6 +27,13 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # One connection, every policy type
+//!
+//! A limiter evaluates one policy type, `RedisLimiter<C, P>`, inferred from
+//! the checks it is given. [`RedisLimiter::for_policy`] gives another policy
+//! type the same connection, configuration and observer, so one connection
+//! serves a service's fixed windows and GCRA rates alike.
 //!
 //! # One round trip, one clock
 //!
@@ -56,8 +62,9 @@
 //!
 //! # Coalescing
 //!
-//! Checks and batches issued concurrently through one limiter (and its
-//! clones) to the same server, or on a cluster the same hash slot, share
+//! Checks and batches of one policy type issued concurrently through one
+//! limiter (its clones, and the limiters [`RedisLimiter::for_policy`] makes)
+//! to the same server, or on a cluster the same hash slot, share
 //! script invocations. Up to two invocations of a group are in flight at
 //! once; checks issued beyond that queue, and the next invocation carries
 //! them all (at most [`RedisConfig::with_coalescing`] members, 32 by
@@ -152,9 +159,9 @@
 //!
 //! `RedisLimiter<C, AnyPolicy>` takes checks of [`runlimit_core::AnyPolicy`],
 //! for policies chosen at run time. Each check is decided by its algorithm's
-//! own script code (coalesced with other checks of the limiter, though a
-//! fixed-window check does not take the lone-check loop of a
-//! `FixedWindowPolicy` limiter), and carries between any two algorithms. A
+//! own script code (coalesced with the connection's other `AnyPolicy`
+//! checks, though a fixed-window check does not take the lone-check loop of
+//! a `FixedWindowPolicy` limiter), and carries between any two algorithms. A
 //! batch may mix algorithms: one script measures every check without
 //! writing, then admits each only if all fit, so it is all admitted or none
 //! consumed. A receipt of a mixed batch is refunded by one script. On a

@@ -15,10 +15,10 @@ use redis::{
     cluster_async::ClusterConnection,
 };
 use runlimit_core::{
-    Admission, AdmissionOutcome, AdmissionReporter, Admitted, AnyPolicy, Backend, BatchDecision,
+    Admission, AdmissionOutcome, AdmissionReporter, Admitted, Backend, BatchDecision,
     CarryObservation, Check, Credits, Decision, Denial, FixedWindowPolicy, GcraPolicy, Grant,
-    Granted, Lifecycle, Limiter, Observer, Operation, Policy, PolicyLabel, Receipt, Refunded,
-    Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
+    Granted, Lifecycle, Limiter, Maintain, MaintenanceReport, Observer, Operation, Policy,
+    PolicyLabel, Receipt, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey,
     gcra::{ExactMicros, GcraMicros},
     grant::grant_bound,
     notify,
@@ -291,6 +291,9 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// The issuer name on this policy type's receipts.
     #[doc(hidden)]
     const ISSUER: &'static str;
+    /// Which of a connection's coalescers decides this policy type's checks.
+    #[doc(hidden)]
+    const COALESCER: usize;
     /// The admission script and its arguments for `checks`, and how to read
     /// its reply: a decision and a receipt stamp per check.
     #[doc(hidden)]
@@ -341,24 +344,48 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
 /// (`FCALL`, loaded where missing), or with `EVALSHA` (reloaded on
 /// `NOSCRIPT`) where the server has no functions: it reads Redis's clock
 /// (`TIME`), decides every check, and writes only if all are allowed,
-/// setting each key to expire when its state becomes worthless. `C` is any
-/// `redis` async connection: a reconnecting `ConnectionManager` for one
-/// server, a `ClusterConnection` for a cluster.
+/// setting each key to expire when its state becomes worthless.
+///
+/// `C` is any `redis` async connection: a reconnecting `ConnectionManager`
+/// for one server, a `ClusterConnection` for a cluster.
+///
+/// The policy type `P` follows from the checks the limiter is given, so
+/// `RedisLimiter::new(connection, config)` needs no annotation once the
+/// limiter checks a policy; [`for_policy`](Self::for_policy) gives a limiter
+/// of another policy type the same connection.
 pub struct RedisLimiter<C, P = FixedWindowPolicy> {
     connection: C,
     config: RedisConfig,
     cluster: bool,
     observer: Option<Arc<dyn Observer>>,
-    coalescer: Arc<Coalescer>,
-    /// Whether invocations call the scripts' function libraries; cleared
-    /// for good when the server has no functions (before Redis 7.0) or the
-    /// user may not call or load them.
-    functions: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     policy: PhantomData<fn() -> P>,
 }
 
+/// What the limiters of one connection share, whatever their policy type:
+/// their clones and the limiters [`RedisLimiter::for_policy`] makes.
+struct Shared {
+    /// One coalescer per policy type, at [`RedisPolicy::COALESCER`]: a
+    /// coalesced invocation runs one algorithm's script, so only checks of
+    /// one policy type can be members of it.
+    coalescers: [Coalescer; 4],
+    /// Whether invocations call the scripts' function libraries; cleared
+    /// for good when the server has no functions (before Redis 7.0) or the
+    /// user may not call or load them.
+    functions: AtomicBool,
+}
+
+impl Shared {
+    fn new(config: &RedisConfig) -> Self {
+        Self {
+            coalescers: std::array::from_fn(|_| Coalescer::new(config.max_coalesced(), IN_FLIGHT)),
+            functions: AtomicBool::new(true),
+        }
+    }
+}
+
 /// A clone shares the connection (Redis connections and managers are cheap
-/// handles), the configuration and the observer.
+/// handles), the configuration, the observer and the coalescing.
 impl<C: Clone, P> Clone for RedisLimiter<C, P> {
     fn clone(&self) -> Self {
         Self {
@@ -366,8 +393,7 @@ impl<C: Clone, P> Clone for RedisLimiter<C, P> {
             config: self.config.clone(),
             cluster: self.cluster,
             observer: self.observer.clone(),
-            coalescer: Arc::clone(&self.coalescer),
-            functions: Arc::clone(&self.functions),
+            shared: Arc::clone(&self.shared),
             policy: PhantomData,
         }
     }
@@ -391,11 +417,36 @@ where
 {
     /// A limiter for one Redis server (use a `ConnectionManager`, which
     /// reconnects by itself).
+    ///
+    /// # Examples
+    ///
+    /// The policy type follows from the checks:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use runlimit_core::{Check, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey};
+    /// use runlimit_redis::{RedisConfig, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://cache.internal:6379/")?;
+    /// let connection = redis::aio::ConnectionManager::new(client).await?;
+    /// let limiter = RedisLimiter::new(connection, RedisConfig::default());
+    /// let policy = FixedWindowPolicy::new(
+    ///     PolicyId::new("api.requests")?,
+    ///     ScopeId::new("client")?,
+    ///     100,
+    ///     Duration::from_secs(60),
+    /// )?;
+    /// let decision = limiter.check(&Check::new(&policy, SubjectKey::from_digest([7; 32]))).await?;
+    /// # let _ = decision;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn new(connection: C, config: RedisConfig) -> Self {
         Self {
-            coalescer: Arc::new(Coalescer::new(config.max_coalesced(), IN_FLIGHT)),
-            functions: Arc::new(AtomicBool::new(true)),
+            shared: Arc::new(Shared::new(&config)),
             connection,
             config,
             cluster: false,
@@ -414,6 +465,33 @@ where
         }
     }
 
+    /// A limiter for policy type `Q` on this one's connection, sharing its
+    /// configuration, observer and what it learnt of the server: the
+    /// fixed-window and GCRA limiters of one server or cluster. Checks are
+    /// coalesced with checks of the same policy type only (a coalesced
+    /// invocation runs one algorithm's script), across every limiter of the
+    /// connection.
+    ///
+    /// ```no_run
+    /// # use runlimit_core::{FixedWindowPolicy, GcraPolicy};
+    /// # use runlimit_redis::{RedisConnection, RedisLimiter};
+    /// # fn run(windows: RedisLimiter<RedisConnection, FixedWindowPolicy>) {
+    /// let rates: RedisLimiter<_, GcraPolicy> = windows.for_policy();
+    /// # let _ = rates;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn for_policy<Q: RedisPolicy>(&self) -> RedisLimiter<C, Q> {
+        RedisLimiter {
+            connection: self.connection.clone(),
+            config: self.config.clone(),
+            cluster: self.cluster,
+            observer: self.observer.clone(),
+            shared: Arc::clone(&self.shared),
+            policy: PhantomData,
+        }
+    }
+
     /// Installs an observer for admission observations.
     #[must_use]
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
@@ -425,6 +503,11 @@ where
     #[must_use]
     pub fn config(&self) -> &RedisConfig {
         &self.config
+    }
+
+    /// The coalescer of this policy type's checks.
+    fn coalescer(&self) -> &Coalescer {
+        &self.shared.coalescers[P::COALESCER]
     }
 
     /// The Redis keys of `checks`; on a cluster, refused unless they share
@@ -495,7 +578,7 @@ where
         arguments: &[A],
     ) -> Result<T, CheckError> {
         let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
-        if !self.functions.load(Relaxed) {
+        if !self.shared.functions.load(Relaxed) {
             return self.invoke_script(lua, keys, arguments, deadline).await;
         }
         let library = &lua.library;
@@ -533,7 +616,7 @@ where
                 }
                 Ok(Err(error)) => {
                     if functions_unavailable(&error) {
-                        self.functions.store(false, Relaxed);
+                        self.shared.functions.store(false, Relaxed);
                     }
                     return self.invoke_script(lua, keys, arguments, deadline).await;
                 }
@@ -542,7 +625,7 @@ where
         }
         match reply {
             Ok(Err(error)) if functions_unavailable(&error) => {
-                self.functions.store(false, Relaxed);
+                self.shared.functions.store(false, Relaxed);
                 self.invoke_script(lua, keys, arguments, deadline).await
             }
             Err(_) => Err(CheckError::OperationTimeout),
@@ -562,7 +645,7 @@ where
         let reply: Vec<i64> = if self.config.max_coalesced() > 1 {
             // On a cluster a member's keys share one slot (checked above).
             let slot = if self.cluster { hash_slot(&keys[0]) } else { 0 };
-            self.coalescer
+            self.coalescer()
                 .decide(
                     slot,
                     Member { keys, arguments },
@@ -1009,117 +1092,113 @@ impl<P: RedisPolicy> RedisLimiter<ClusterConnection, P> {
     }
 }
 
-macro_rules! limiter_for {
-    ($policy:ty) => {
-        impl<C> Limiter for RedisLimiter<C, $policy>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            type Policy = $policy;
-            type Error = CheckError;
+impl<C, P> Limiter for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    type Policy = P;
+    type Error = CheckError;
 
-            async fn check(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.check_one(check).await.map(|(decision, _)| decision)
-            }
+    async fn check(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.check_one(check).await.map(|(decision, _)| decision)
+    }
 
-            async fn check_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<BatchDecision, CheckError> {
-                self.check_batch(checks).await.map(|(batch, _)| batch)
-            }
-        }
-
-        /// Shared by every replica connected to the server or cluster.
-        impl<C> Backend for RedisLimiter<C, $policy>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            fn storage(&self, _policy: &$policy) -> Storage {
-                Storage::Shared
-            }
-        }
-
-        /// Each refund and peek is one atomic script on Redis's clock, a
-        /// reset one `DEL`; on a cluster they work for any key (a batch's
-        /// refund, like the batch, for keys of one slot). See [`Lifecycle`]
-        /// and the algorithm's refund rule.
-        impl<C> Lifecycle for RedisLimiter<C, $policy>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            async fn admit(
-                &self,
-                check: &Check<'_, $policy>,
-            ) -> Result<Admission<Decision>, CheckError> {
-                self.admit_one(check).await
-            }
-
-            async fn admit_all(
-                &self,
-                checks: &[Check<'_, $policy>],
-            ) -> Result<Admission<BatchDecision>, CheckError> {
-                self.admit_batch(checks).await
-            }
-
-            async fn refund(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, None).await
-            }
-
-            async fn peek(&self, check: &Check<'_, $policy>) -> Result<Decision, CheckError> {
-                self.peek_check(check).await
-            }
-
-            async fn reset(
-                &self,
-                policy: &$policy,
-                subject: &SubjectKey,
-            ) -> Result<bool, CheckError> {
-                self.reset_counter(policy, subject).await
-            }
-        }
-
-        /// A grant is one atomic script on Redis's clock: the counter's room
-        /// measured, then that many units admitted.
-        impl<C> Grant for RedisLimiter<C, $policy>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            async fn grant(
-                &self,
-                check: &Check<'_, $policy>,
-                up_to: u64,
-            ) -> Result<Granted, CheckError> {
-                self.grant_units(check, up_to).await
-            }
-        }
-
-        /// A settlement is a refund of the unused units: one script, or none
-        /// when every check keeps its whole cost.
-        impl<C> Settle for RedisLimiter<C, $policy>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            async fn settle(
-                &self,
-                checks: &[Check<'_, $policy>],
-                receipt: Receipt,
-                used: &[u64],
-            ) -> Result<Refunded, CheckError> {
-                self.refund_receipt(checks, receipt, Some(used)).await
-            }
-        }
-    };
+    async fn check_all(&self, checks: &[Check<'_, P>]) -> Result<BatchDecision, CheckError> {
+        self.check_batch(checks).await.map(|(batch, _)| batch)
+    }
 }
 
-limiter_for!(FixedWindowPolicy);
-limiter_for!(SlidingWindowPolicy);
-limiter_for!(GcraPolicy);
-limiter_for!(AnyPolicy);
+/// Shared by every replica connected to the server or cluster.
+impl<C, P> Backend for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    fn storage(&self, _policy: &P) -> Storage {
+        Storage::Shared
+    }
+}
+
+/// Each refund and peek is one atomic script on Redis's clock, a
+/// reset one `DEL`; on a cluster they work for any key (a batch's
+/// refund, like the batch, for keys of one slot). See [`Lifecycle`]
+/// and the algorithm's refund rule.
+impl<C, P> Lifecycle for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    async fn admit(&self, check: &Check<'_, P>) -> Result<Admission<Decision>, CheckError> {
+        self.admit_one(check).await
+    }
+
+    async fn admit_all(
+        &self,
+        checks: &[Check<'_, P>],
+    ) -> Result<Admission<BatchDecision>, CheckError> {
+        self.admit_batch(checks).await
+    }
+
+    async fn refund(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, None).await
+    }
+
+    async fn peek(&self, check: &Check<'_, P>) -> Result<Decision, CheckError> {
+        self.peek_check(check).await
+    }
+
+    async fn reset(&self, policy: &P, subject: &SubjectKey) -> Result<bool, CheckError> {
+        self.reset_counter(policy, subject).await
+    }
+}
+
+/// A grant is one atomic script on Redis's clock: the counter's room
+/// measured, then that many units admitted.
+impl<C, P> Grant for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    async fn grant(&self, check: &Check<'_, P>, up_to: u64) -> Result<Granted, CheckError> {
+        self.grant_units(check, up_to).await
+    }
+}
+
+/// A settlement is a refund of the unused units: one script, or none
+/// when every check keeps its whole cost.
+impl<C, P> Settle for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    async fn settle(
+        &self,
+        checks: &[Check<'_, P>],
+        receipt: Receipt,
+        used: &[u64],
+    ) -> Result<Refunded, CheckError> {
+        self.refund_receipt(checks, receipt, Some(used)).await
+    }
+}
+
+/// Nothing to do: every key expires by itself when its state becomes
+/// worthless (`SET … PX`), so Redis needs no cleanup and a round removes
+/// nothing. Implemented so that wrappers in front of Redis (a lease, say)
+/// run their own upkeep through [`Maintain`].
+impl<C, P> Maintain for RedisLimiter<C, P>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    P: RedisPolicy,
+{
+    async fn maintain(&self) -> MaintenanceReport {
+        MaintenanceReport::new()
+    }
+}
 
 /// The arguments of a coalesced invocation of `members` (see
 /// `coalesced.lua`): whether a key occurs more than once, then per member a
@@ -1285,6 +1364,7 @@ fn parse_state(state: &str) -> Option<(i64, i64, i64)> {
 
 impl RedisPolicy for FixedWindowPolicy {
     const ISSUER: &'static str = "runlimit-redis/fixed_window";
+    const COALESCER: usize = 0;
 
     fn script() -> &'static Lua {
         &FIXED_WINDOW
@@ -1400,6 +1480,7 @@ impl RedisPolicy for FixedWindowPolicy {
 
 impl RedisPolicy for GcraPolicy {
     const ISSUER: &'static str = "runlimit-redis/gcra";
+    const COALESCER: usize = 1;
 
     fn script() -> &'static Lua {
         &GCRA
@@ -1537,6 +1618,7 @@ fn parse_sliding(state: &str) -> Option<(u64, i64, [u64; COUNTED])> {
 
 impl RedisPolicy for SlidingWindowPolicy {
     const ISSUER: &'static str = "runlimit-redis/sliding_window";
+    const COALESCER: usize = 2;
 
     fn script() -> &'static Lua {
         &SLIDING_WINDOW
@@ -1655,7 +1737,7 @@ mod tests {
     use super::*;
     use crate::testing::server;
     use proptest::prelude::*;
-    use runlimit_core::{PolicyId, ScopeId};
+    use runlimit_core::{AnyPolicy, PolicyId, ScopeId};
 
     fn member(keys: usize, arguments: &[i64]) -> Member {
         Member {

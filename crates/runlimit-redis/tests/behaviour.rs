@@ -13,8 +13,8 @@ use std::{
 
 use redis::aio::ConnectionManager;
 use runlimit_core::{
-    Check, FixedWindowPolicy, GcraPolicy, Limiter, MAX_LIMIT, MAX_WINDOW, PolicyId, ScopeId,
-    SubjectKey,
+    Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, MAX_LIMIT, MAX_WINDOW, Maintain,
+    PolicyId, ScopeId, SubjectKey,
 };
 use runlimit_redis::{CheckError, KeyRouting, RedisLimiter};
 
@@ -77,6 +77,41 @@ async fn eight_connections_admit_exactly_the_limit() {
 /// The same contention with a lease per connection: every task checks until
 /// it is denied, so every lease is spent, and exactly the limit is admitted
 /// across the eight replicas, most of it without a round trip.
+/// Redis needs no cleanup (its keys expire), so a round in front of it is
+/// the lease's own: idle leases give their unspent units back.
+#[tokio::test]
+async fn a_maintenance_round_gives_idle_leases_back_to_redis() {
+    let Some(connection) = common::connect("leased-maintenance").await else {
+        return;
+    };
+    let shared = RedisLimiter::new(connection, common::config("leased-maintenance"));
+    assert_eq!(shared.maintain().await.removed(), 0);
+    let clock = runlimit_memory::ManualClock::new();
+    let leases = runlimit_memory::LeaseConfig::new(64)
+        .and_then(|config| config.with_max_grant(16))
+        .expect("valid")
+        .with_idle_after(Duration::from_secs(30));
+    let leased = runlimit_memory::Leased::new(shared, leases).with_clock(clock.clone());
+    let policy = fixed("maintained", 1_000, Duration::from_secs(3_600));
+    let check = Check::new(&policy, key(3));
+    for _ in 0..20 {
+        assert!(leased.check(&check).await.expect("decided").is_allowed());
+    }
+    let held = leased.stats().units_held;
+    assert!(held > 0, "a lease holds units");
+    clock.advance(Duration::from_secs(60));
+    let report = leased.maintain().await;
+    assert_eq!(report.failures().len(), 0, "{report:?}");
+    assert_eq!(leased.stats().units_returned, held);
+    let remaining = leased
+        .shared()
+        .peek(&check)
+        .await
+        .expect("peek")
+        .remaining();
+    assert_eq!(remaining, Some(1_000 - 20));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_leased_connections_admit_exactly_the_limit() {
     let Some(_) = common::connect("leased-contention").await else {

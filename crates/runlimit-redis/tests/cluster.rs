@@ -357,6 +357,32 @@ async fn single_checks_work_for_keys_on_every_node_and_cross_slot_batches_are_re
     );
 }
 
+/// `connect_cluster` takes the policy type from the checks, with no
+/// annotation, and `for_policy` gives another policy type the cluster
+/// connection.
+#[tokio::test]
+async fn connect_cluster_takes_the_policy_type_from_the_checks() {
+    let Some(nodes) = nodes() else { return };
+    let windows = RedisLimiter::connect_cluster(
+        nodes.iter().map(String::as_str),
+        common::config("cluster-inferred"),
+    )
+    .await
+    .expect("cluster connection");
+    let id = || PolicyId::new("inferred").expect("valid");
+    let scope = || ScopeId::new("client").expect("valid");
+    let minute = Duration::from_secs(60);
+    let window = FixedWindowPolicy::new(id(), scope(), 1, minute).expect("valid");
+    let check = Check::new(&window, SubjectKey::from_digest([3; 32]));
+    assert!(windows.check(&check).await.expect("decided").is_allowed());
+    assert!(!windows.check(&check).await.expect("decided").is_allowed());
+    let rates = windows.for_policy();
+    let rate = GcraPolicy::new(id(), scope(), 1, minute, 1).expect("valid");
+    let check = Check::new(&rate, SubjectKey::from_digest([3; 32]));
+    assert!(rates.check(&check).await.expect("decided").is_allowed());
+    assert!(!rates.check(&check).await.expect("decided").is_allowed());
+}
+
 /// Concurrent checks on a cluster share invocations, which call the function
 /// library the limiter loads on every primary once a server lacks it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

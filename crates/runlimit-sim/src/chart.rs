@@ -1,5 +1,5 @@
 //! An SVG chart of admitted and denied requests per minute, one line per
-//! candidate.
+//! candidate, with a change of policies marked.
 
 use std::{
     io,
@@ -39,7 +39,8 @@ const PALETTE: [RGBColor; 8] = [
 ];
 
 /// Draws `report` as an SVG at `path`: admitted per minute above, denied per
-/// minute below, one colour per row.
+/// minute below, one colour per row, and a grey vertical line at a change
+/// of policies.
 ///
 /// # Errors
 ///
@@ -100,6 +101,18 @@ fn draw(report: &Report, svg: &mut String) -> Result<(), Box<dyn std::error::Err
                 .label(row.policy.clone())
                 .legend(move |(x, y)| {
                     PathElement::new([(x, y), (x + 18, y)], colour.stroke_width(2))
+                });
+        }
+        if let Some(change) = &report.change {
+            let grey = BLACK.mix(0.5);
+            chart
+                .draw_series(LineSeries::new(
+                    [(change.minute, 0), (change.minute, peak + peak / 10 + 1)],
+                    grey.stroke_width(1),
+                ))?
+                .label(format!("policy change ({})", change.since_first_request))
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 18, y)], grey.stroke_width(1))
                 });
         }
         chart

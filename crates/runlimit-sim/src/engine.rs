@@ -3,12 +3,17 @@
 
 use std::time::Duration;
 
-use runlimit_core::{BatchDecision, Check, Decision, Denial, SubjectKey};
+use runlimit_core::{AnyPolicy, BatchDecision, Check, Decision, Denial, SubjectKey};
 use runlimit_memory::{
-    GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, MemoryStoreError, SlidingWindowStore,
+    AnyStore, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, MemoryStoreError,
+    SlidingWindowStore,
 };
 
-use crate::policies::{Candidate, PolicySet};
+use crate::{
+    change::{ChangeAt, ChangeOutsideLog, PolicyChange},
+    input::time::format_rfc3339,
+    policies::{Candidate, PolicySet},
+};
 
 /// How candidates are evaluated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -34,7 +39,10 @@ pub enum Verdict {
     Admitted,
     /// Refused by the candidate at `policy` (its position in the set).
     Denied {
-        /// The refusing candidate's position in the set.
+        /// The refusing candidate's position in the set. With a change, in
+        /// the new set: an old candidate takes the position of the new one
+        /// that replaces it, and the old ones no new one replaces follow
+        /// the new set.
         policy: usize,
         /// Why.
         reason: Refusal,
@@ -119,6 +127,9 @@ pub enum SimulationError {
         /// What the store allows.
         allowed: usize,
     },
+    /// The change is before the log's first request.
+    #[error(transparent)]
+    ChangeOutsideLog(#[from] ChangeOutsideLog),
     /// The store failed: a bug, since a simulation's store is never poisoned
     /// by another thread and its batches are valid by construction.
     #[error("the store failed: {0}")]
@@ -134,17 +145,20 @@ struct Group<S, P> {
     positions: Vec<usize>,
 }
 
+/// The verdict of `policies` (at `positions` in the set) in `store`, as a
+/// function body: it returns early for a cost no policy can admit. (A macro,
+/// because the stores' algorithm trait cannot be named here.)
 macro_rules! evaluate {
-    ($group:expr, $subject:expr, $cost:expr, $charged:expr) => {{
-        let group = $group;
+    ($store:expr, $policies:expr, $positions:expr, $subject:expr, $cost:expr, $charged:expr) => {{
+        let (store, policies, positions) = ($store, $policies, $positions);
         let units = $cost.max(1);
-        let mut checks = Vec::with_capacity(group.policies.len());
-        for (index, policy) in group.policies.iter().enumerate() {
+        let mut checks = Vec::with_capacity(policies.len());
+        for (index, policy) in policies.iter().enumerate() {
             match Check::weighted(policy, $subject, units) {
                 Ok(check) => checks.push(check),
                 Err(_) => {
                     return Ok(Verdict::Denied {
-                        policy: group.positions[index],
+                        policy: positions[index],
                         reason: Refusal::CostAboveCapacity,
                     });
                 }
@@ -153,25 +167,25 @@ macro_rules! evaluate {
         let charged = $charged && $cost > 0;
         if let [check] = checks.as_slice() {
             let decision = if charged {
-                group.store.check(check)?
+                store.check(check)?
             } else {
-                group.store.peek(check)?
+                store.peek(check)?
             };
-            Ok(Verdict::from_decision(group.positions[0], &decision))
+            Ok(Verdict::from_decision(positions[0], &decision))
         } else {
             let batch = if charged {
-                group.store.check_all(&checks)?
+                store.check_all(&checks)?
             } else {
                 let decisions = checks
                     .iter()
-                    .map(|check| group.store.peek(check))
+                    .map(|check| store.peek(check))
                     .collect::<Result<Vec<_>, _>>()?;
                 BatchDecision::from_decisions(decisions)
             };
             Ok(match batch {
                 BatchDecision::Denied { index, denial }
                 | BatchDecision::ShadowDenied { index, denial } => {
-                    Verdict::denied(group.positions[index], &denial)
+                    Verdict::denied(positions[index], &denial)
                 }
                 _ => Verdict::Admitted,
             })
@@ -194,9 +208,30 @@ impl AnyGroup {
         charged: bool,
     ) -> Result<Verdict, MemoryStoreError> {
         match self {
-            Self::FixedWindow(group) => evaluate!(group, subject, cost, charged),
-            Self::SlidingWindow(group) => evaluate!(group, subject, cost, charged),
-            Self::Gcra(group) => evaluate!(group, subject, cost, charged),
+            Self::FixedWindow(group) => evaluate!(
+                &group.store,
+                &group.policies,
+                &group.positions,
+                subject,
+                cost,
+                charged
+            ),
+            Self::SlidingWindow(group) => evaluate!(
+                &group.store,
+                &group.policies,
+                &group.positions,
+                subject,
+                cost,
+                charged
+            ),
+            Self::Gcra(group) => evaluate!(
+                &group.store,
+                &group.policies,
+                &group.positions,
+                subject,
+                cost,
+                charged
+            ),
         }
     }
 
@@ -207,6 +242,96 @@ impl AnyGroup {
             Self::Gcra(group) => group.store.stats().entries,
         }
     }
+}
+
+/// One row's policies across a change: the old (none for a new id) until
+/// it, then the new, replayed twice from it.
+#[derive(Debug)]
+struct Changing {
+    /// Runs the old policies until the change, then the new ones continuing
+    /// from them: every state the old ones hold is here to carry.
+    continuing: AnyStore,
+    /// Empty until the change, then runs the new policies from nothing, as a
+    /// deploy without continuity does.
+    fresh_start: AnyStore,
+    old: Vec<AnyPolicy>,
+    old_positions: Vec<usize>,
+    /// The new policies continuing from the old.
+    new: Vec<AnyPolicy>,
+    /// The new policies without a predecessor.
+    new_fresh: Vec<AnyPolicy>,
+    new_positions: Vec<usize>,
+}
+
+impl Changing {
+    /// The continuing verdict and the fresh start's: one verdict twice
+    /// before the change.
+    fn evaluate(
+        &self,
+        changed: bool,
+        subject: SubjectKey,
+        cost: u64,
+        charged: bool,
+    ) -> Result<[Verdict; 2], MemoryStoreError> {
+        if !changed {
+            let verdict = if self.old.is_empty() {
+                // A policy that does not exist yet refuses nothing.
+                Verdict::Admitted
+            } else {
+                evaluate_any(
+                    &self.continuing,
+                    &self.old,
+                    &self.old_positions,
+                    subject,
+                    cost,
+                    charged,
+                )?
+            };
+            return Ok([verdict; 2]);
+        }
+        Ok([
+            evaluate_any(
+                &self.continuing,
+                &self.new,
+                &self.new_positions,
+                subject,
+                cost,
+                charged,
+            )?,
+            evaluate_any(
+                &self.fresh_start,
+                &self.new_fresh,
+                &self.new_positions,
+                subject,
+                cost,
+                charged,
+            )?,
+        ])
+    }
+}
+
+fn evaluate_any(
+    store: &AnyStore,
+    policies: &[AnyPolicy],
+    positions: &[usize],
+    subject: SubjectKey,
+    cost: u64,
+    charged: bool,
+) -> Result<Verdict, MemoryStoreError> {
+    evaluate!(store, policies, positions, subject, cost, charged)
+}
+
+/// A change's rows and where the replay stands against it.
+#[derive(Debug)]
+struct ChangeState {
+    at: ChangeAt,
+    /// When the change happens, known from the first request.
+    resolved: Option<i64>,
+    /// Whether a request at or after the change has been evaluated.
+    changed: bool,
+    rows: Vec<Changing>,
+    /// The fresh start's verdicts of the last request.
+    fresh_start: Vec<Verdict>,
 }
 
 /// The candidates' stores on one virtual clock, driven by the requests'
@@ -237,11 +362,48 @@ impl AnyGroup {
 /// assert!(simulation.evaluate(60 * second, subject, 1, true)?[0].is_admitted());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # A change of policies
+///
+/// [`with_change`](Self::with_change) replays a [`PolicyChange`]: each row
+/// runs its old candidate until the change, then its new one twice, in an
+/// [`AnyStore`] each: continuing from the old (the state a subject built up
+/// under the old policy is carried into the new counter the first time the
+/// subject is checked under it, whatever the two algorithms), and as a
+/// fresh start, every counter empty at the change.
+/// [`evaluate`](Self::evaluate) returns the continuing verdicts and
+/// [`fresh_start_verdicts`](Self::fresh_start_verdicts) the others.
+///
+/// ```
+/// use runlimit_core::SubjectKey;
+/// use runlimit_sim::{Mode, PolicyChange, PolicySet, Simulation};
+///
+/// let limit = |limit| PolicySet::from_toml(&format!(r#"
+///     [[policy]]
+///     algorithm = "fixed_window"
+///     id = "login.ip"
+///     scope = "ip"
+///     limit = {limit}
+///     window = {{ secs = 600, nanos = 0 }}
+/// "#));
+/// let change = PolicyChange::new(limit(3)?, "+60s".parse()?, limit(2)?)?;
+/// let mut simulation = Simulation::with_change(&change, Mode::Independent)?;
+/// let subject = SubjectKey::from_digest([7; 32]);
+/// let second = 1_000_000_000;
+/// for at in 0..3 {
+///     assert!(simulation.evaluate(at * second, subject, 1, true)?[0].is_admitted());
+/// }
+/// // After the change, the three requests still count against the lower limit.
+/// assert!(!simulation.evaluate(60 * second, subject, 1, true)?[0].is_admitted());
+/// assert!(simulation.fresh_start_verdicts()[0].is_admitted());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Simulation {
     clock: ManualClock,
     origin: Option<i64>,
     groups: Vec<AnyGroup>,
+    change: Option<ChangeState>,
     verdicts: Vec<Verdict>,
 }
 
@@ -265,29 +427,7 @@ impl Simulation {
                 .map(|&(position, candidate)| group(config, &clock, &[(position, candidate)]))
                 .collect(),
             Mode::Batch => {
-                let first = indexed[0].1;
-                if let Some((_, other)) = indexed
-                    .iter()
-                    .find(|(_, c)| c.algorithm() != first.algorithm())
-                {
-                    return Err(SimulationError::MixedAlgorithms {
-                        first_policy: first.id().to_owned(),
-                        first: first.algorithm(),
-                        other_policy: other.id().to_owned(),
-                        other: other.algorithm(),
-                    });
-                }
-                let mode = indexed[0].1.quota_mode();
-                if indexed.iter().any(|(_, c)| c.quota_mode() != mode) {
-                    return Err(SimulationError::MixedQuotaModes);
-                }
-                let allowed = config.max_keys().min(config.max_batch_size());
-                if indexed.len() > allowed {
-                    return Err(SimulationError::BatchTooLarge {
-                        needed: indexed.len(),
-                        allowed,
-                    });
-                }
+                check_batch(set.candidates(), config)?;
                 vec![group(config, &clock, &indexed)]
             }
         };
@@ -296,6 +436,77 @@ impl Simulation {
             origin: None,
             verdicts: Vec::with_capacity(groups.len()),
             groups,
+            change: None,
+        })
+    }
+
+    /// Builds the stores of `change`: for each new candidate
+    /// ([`Mode::Independent`]) or for the new set as one batch
+    /// ([`Mode::Batch`]: the old set's batch until the change, the new set's
+    /// from it, every policy changing at once), one store that runs the old
+    /// policies and then the new ones continuing from them, and one that
+    /// starts the new ones afresh at the change. An old candidate that no
+    /// new one replaces counts only in a batch, until the change.
+    ///
+    /// Each store holds the larger `max_keys` of the two sets.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), for each set's batch.
+    pub fn with_change(change: &PolicyChange, mode: Mode) -> Result<Self, SimulationError> {
+        let clock = ManualClock::new();
+        let config = change.store_config();
+        let store = || AnyStore::new(config).with_clock(clock.clone());
+        let new = change.after().candidates();
+        let rows = match mode {
+            Mode::Independent => new
+                .iter()
+                .enumerate()
+                .map(|(index, candidate)| Changing {
+                    continuing: store(),
+                    fresh_start: store(),
+                    old: change
+                        .predecessor(index)
+                        .map(Candidate::to_any)
+                        .into_iter()
+                        .collect(),
+                    old_positions: vec![index],
+                    new: vec![change.continuing(index).clone()],
+                    new_fresh: vec![candidate.to_any()],
+                    new_positions: vec![index],
+                })
+                .collect(),
+            Mode::Batch => {
+                let old = change.before().candidates();
+                check_batch(old, &config)?;
+                check_batch(new, &config)?;
+                vec![Changing {
+                    continuing: store(),
+                    fresh_start: store(),
+                    old: old.iter().map(Candidate::to_any).collect(),
+                    old_positions: (0..old.len())
+                        .map(|position| change.position_of_old(position))
+                        .collect(),
+                    new: (0..new.len())
+                        .map(|index| change.continuing(index).clone())
+                        .collect(),
+                    new_fresh: new.iter().map(Candidate::to_any).collect(),
+                    new_positions: (0..new.len()).collect(),
+                }]
+            }
+        };
+        Ok(Self {
+            clock,
+            origin: None,
+            verdicts: Vec::with_capacity(rows.len()),
+            groups: Vec::new(),
+            change: Some(ChangeState {
+                at: change.at(),
+                resolved: None,
+                changed: false,
+                fresh_start: Vec::with_capacity(rows.len()),
+                rows,
+            }),
         })
     }
 
@@ -305,12 +516,14 @@ impl Simulation {
     /// its cost, at least one unit, would be).
     ///
     /// Returns a verdict per candidate ([`Mode::Independent`]) or one for
-    /// the batch ([`Mode::Batch`]).
+    /// the batch ([`Mode::Batch`]); with a change, per new candidate, of the
+    /// policies continuing across it.
     ///
     /// # Errors
     ///
-    /// [`SimulationError::Store`] if a store fails, which a valid
-    /// simulation never does.
+    /// [`SimulationError::ChangeOutsideLog`] when the change is before the
+    /// first request evaluated, and [`SimulationError::Store`] if a store
+    /// fails, which a valid simulation never does.
     pub fn evaluate(
         &mut self,
         at: i64,
@@ -322,16 +535,73 @@ impl Simulation {
         let since = u64::try_from(at.saturating_sub(origin)).unwrap_or(0);
         self.clock.set(Duration::from_nanos(since));
         self.verdicts.clear();
-        for group in &self.groups {
-            self.verdicts.push(group.evaluate(subject, cost, charged)?);
+        match &mut self.change {
+            None => {
+                for group in &self.groups {
+                    self.verdicts.push(group.evaluate(subject, cost, charged)?);
+                }
+            }
+            Some(change) => {
+                let when = *change
+                    .resolved
+                    .get_or_insert_with(|| change.at.resolve(origin));
+                if when < origin {
+                    return Err(ChangeOutsideLog::BeforeFirstRequest {
+                        change_at: format_rfc3339(when),
+                        first_request: format_rfc3339(origin),
+                    }
+                    .into());
+                }
+                // Once changed, always: a line a little back in time is
+                // evaluated at the latest time, after the change.
+                change.changed |= at >= when;
+                change.fresh_start.clear();
+                for row in &change.rows {
+                    let [continuing, fresh_start] =
+                        row.evaluate(change.changed, subject, cost, charged)?;
+                    self.verdicts.push(continuing);
+                    change.fresh_start.push(fresh_start);
+                }
+            }
         }
         Ok(&self.verdicts)
     }
 
+    /// With a change, the verdicts of the last request under the new
+    /// policies started afresh at the change, one per row as
+    /// [`evaluate`](Self::evaluate)'s (before the change, the same ones);
+    /// without a change, `evaluate`'s.
+    #[must_use]
+    pub fn fresh_start_verdicts(&self) -> &[Verdict] {
+        match &self.change {
+            Some(change) => &change.fresh_start,
+            None => &self.verdicts,
+        }
+    }
+
+    /// Whether the change has happened: a request at or after its time has
+    /// been evaluated. Always `false` without a change.
+    #[must_use]
+    pub fn changed(&self) -> bool {
+        self.change.as_ref().is_some_and(|change| change.changed)
+    }
+
+    /// When the change happens, nanoseconds since the Unix epoch, once the
+    /// first request is evaluated; `None` without a change.
+    #[must_use]
+    pub fn change_at(&self) -> Option<i64> {
+        self.change.as_ref().and_then(|change| change.resolved)
+    }
+
     /// Keys stored in each group's store now, including expired entries not
-    /// yet removed.
+    /// yet removed; with a change, in each row's continuing store, which
+    /// holds the old policies' keys too.
     pub fn stored_keys(&self) -> impl Iterator<Item = usize> + '_ {
-        self.groups.iter().map(AnyGroup::entries)
+        let changing = self.change.iter().flat_map(|change| &change.rows);
+        self.groups
+            .iter()
+            .map(AnyGroup::entries)
+            .chain(changing.map(|row| row.continuing.stats().entries))
     }
 
     /// When the first request happened, nanoseconds since the Unix epoch.
@@ -339,6 +609,40 @@ impl Simulation {
     pub fn origin(&self) -> Option<i64> {
         self.origin
     }
+}
+
+/// Refuses a batch the admission layer could not check either: candidates
+/// of several algorithms or quota modes, or more than a batch may hold.
+fn check_batch(
+    candidates: &[Candidate],
+    config: &MemoryStoreConfig,
+) -> Result<(), SimulationError> {
+    let first = &candidates[0];
+    if let Some(other) = candidates
+        .iter()
+        .find(|c| c.algorithm() != first.algorithm())
+    {
+        return Err(SimulationError::MixedAlgorithms {
+            first_policy: first.id().to_owned(),
+            first: first.algorithm(),
+            other_policy: other.id().to_owned(),
+            other: other.algorithm(),
+        });
+    }
+    if candidates
+        .iter()
+        .any(|c| c.quota_mode() != first.quota_mode())
+    {
+        return Err(SimulationError::MixedQuotaModes);
+    }
+    let allowed = config.max_keys().min(config.max_batch_size());
+    if candidates.len() > allowed {
+        return Err(SimulationError::BatchTooLarge {
+            needed: candidates.len(),
+            allowed,
+        });
+    }
+    Ok(())
 }
 
 fn group(

@@ -4,7 +4,7 @@
 use std::{
     fs::File,
     io::{self, BufRead, BufReader, IsTerminal, Write},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::ExitCode,
     time::{Duration, Instant},
 };
@@ -13,8 +13,9 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runlimit_core::{KeyHasher, MIN_SECRET_LEN};
 use runlimit_sim::{
-    DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Malformed, Mode, PolicySet, Reader,
-    Replay, ReplayOptions, SimulationError, StatusSet, SubjectSpec, TimeFormat,
+    ChangeAt, DEFAULT_MAX_LINE_LEN, Format, GenerateOptions, InputSpec, Malformed, Mode,
+    PolicyChange, PolicySet, Reader, Replay, ReplayOptions, SimulationError, StatusSet,
+    SubjectSpec, TimeFormat,
 };
 
 #[derive(Parser)]
@@ -41,7 +42,8 @@ enum Command {
 struct ReplayArgs {
     /// The log to replay; `-` or nothing reads standard input.
     log: Option<PathBuf>,
-    /// The candidate policies (TOML: `max_keys` and `[[policy]]` tables).
+    /// The candidate policies (TOML: `max_keys` and `[[policy]]` tables);
+    /// with --then, those in force until --change-at.
     #[arg(long, short)]
     policies: PathBuf,
     /// The log's format.
@@ -82,6 +84,20 @@ struct ReplayArgs {
     /// quota mode); to compare algorithms, replay without --batch.
     #[arg(long)]
     batch: bool,
+    /// Replace the policies at this time with those of --then: an RFC 3339
+    /// time (2026-01-01T00:30:00Z) or an offset from the log's first
+    /// request (+30m, +1h30m, +90s). It must fall within the log.
+    #[arg(long, value_name = "TIME|+OFFSET", requires = "then")]
+    change_at: Option<ChangeAt>,
+    /// The policies in force from --change-at on (TOML, as --policies).
+    /// Each continues from the policy of --policies with its id (same scope,
+    /// any algorithm), carrying each subject's state across the change; a
+    /// new id starts at the change. The report compares each with a fresh
+    /// start, every counter empty at the change, as a deploy without
+    /// continuity: what a reset would have given away. With --batch, the
+    /// whole batch changes at once.
+    #[arg(long, value_name = "FILE", requires = "change_at")]
+    then: Option<PathBuf>,
     /// How many of the most denied subjects to list per policy (at most
     /// 1000).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(0..=1000))]
@@ -167,11 +183,23 @@ fn main() -> ExitCode {
 
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
+/// The policy set in `path`.
+fn read_policies(path: &Path) -> Result<PolicySet> {
+    let policies = std::fs::read_to_string(path)
+        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+    Ok(PolicySet::from_toml(&policies).map_err(|error| format!("{}: {error}", path.display()))?)
+}
+
 fn replay(args: ReplayArgs) -> Result<()> {
-    let policies = std::fs::read_to_string(&args.policies)
-        .map_err(|error| format!("reading {}: {error}", args.policies.display()))?;
-    let set = PolicySet::from_toml(&policies)
-        .map_err(|error| format!("{}: {error}", args.policies.display()))?;
+    let set = read_policies(&args.policies)?;
+    let change = match (args.change_at, &args.then) {
+        (Some(at), Some(then)) => Some(
+            PolicyChange::new(set.clone(), at, read_policies(then)?)
+                .map_err(|error| format!("{}: {error}", then.display()))?,
+        ),
+        // clap requires both or neither.
+        _ => None,
+    };
     let subject = args
         .subject
         .with_prefixes(args.ipv4_prefix, args.ipv6_prefix)?;
@@ -194,7 +222,11 @@ fn replay(args: ReplayArgs) -> Result<()> {
     options.max_backwards = Duration::from_secs(args.max_backwards);
     options.raw_subjects = args.raw_subjects;
     options.malformed_listed = args.malformed_lines;
-    let mut replay = Replay::new(&set, options).map_err(|error| match error {
+    let replay = match &change {
+        Some(change) => Replay::with_change(change, options),
+        None => Replay::new(&set, options),
+    };
+    let mut replay = replay.map_err(|error| match error {
         SimulationError::MixedAlgorithms { .. } | SimulationError::MixedQuotaModes => {
             format!("{error}; replay without --batch to evaluate each candidate on its own")
         }
@@ -225,6 +257,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         }
         message
     })?;
+    replay.require_change()?;
 
     let report = replay.report();
     let unlisted = report.malformed.count - report.malformed.first.len() as u64;

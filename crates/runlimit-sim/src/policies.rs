@@ -2,7 +2,7 @@
 
 use std::{collections::HashSet, fmt, time::Duration};
 
-use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
+use runlimit_core::{AnyPolicy, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_memory::MemoryStoreConfig;
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +54,24 @@ impl Candidate {
         }
     }
 
+    /// The policy's scope, which a policy it replaces must share.
+    pub(crate) fn scope(&self) -> &str {
+        match self {
+            Self::FixedWindow(policy) => policy.scope().as_str(),
+            Self::SlidingWindow(policy) => policy.scope().as_str(),
+            Self::Gcra(policy) => policy.scope().as_str(),
+        }
+    }
+
+    /// The candidate as a policy of any algorithm, without a predecessor.
+    pub(crate) fn to_any(&self) -> AnyPolicy {
+        match self {
+            Self::FixedWindow(policy) => policy.clone().into(),
+            Self::SlidingWindow(policy) => policy.clone().into(),
+            Self::Gcra(policy) => policy.clone().into(),
+        }
+    }
+
     /// Roughly the memory one stored key costs (entry, control byte and
     /// expiry-heap entry, as `runlimit-memory` documents it).
     pub(crate) fn bytes_per_key(&self) -> u64 {
@@ -91,7 +109,7 @@ impl fmt::Display for Candidate {
 }
 
 /// A duration in the largest unit that divides it: `1h`, `90s`, `250ms`.
-struct Span(Duration);
+pub(crate) struct Span(pub(crate) Duration);
 
 impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,6 +158,8 @@ impl fmt::Display for Span {
 #[derive(Debug, Clone)]
 pub struct PolicySet {
     candidates: Vec<Candidate>,
+    /// Each candidate's `[[policy]]` line, for a set read from TOML.
+    lines: Vec<Option<usize>>,
     store: MemoryStoreConfig,
 }
 
@@ -202,6 +222,7 @@ impl PolicySet {
             }
         }
         Ok(Self {
+            lines: vec![None; candidates.len()],
             candidates,
             store: MemoryStoreConfig::new(max_keys)?,
         })
@@ -217,23 +238,33 @@ impl PolicySet {
     /// its policy refuses, naming the table's line.
     pub fn from_toml(text: &str) -> Result<Self, PolicySetError> {
         let repr: FileRepr = toml::from_str(text)?;
+        let mut lines = Vec::with_capacity(repr.policies.len());
         let candidates = repr
             .policies
             .into_iter()
             .map(|table| {
                 let line = line_of(text, table.span().start);
+                lines.push(Some(line));
                 toml::Value::Table(table.into_inner())
                     .try_into::<Candidate>()
                     .map_err(|source| PolicySetError::Policy { line, source })
             })
             .collect::<Result<_, _>>()?;
-        Self::new(candidates, repr.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
+        let mut set = Self::new(candidates, repr.max_keys.unwrap_or(DEFAULT_MAX_KEYS))?;
+        set.lines = lines;
+        Ok(set)
     }
 
     /// The candidates, in file order.
     #[must_use]
     pub fn candidates(&self) -> &[Candidate] {
         &self.candidates
+    }
+
+    /// The line of the `[[policy]]` header of the candidate at `index`, for
+    /// a set read from TOML.
+    pub(crate) fn line(&self, index: usize) -> Option<usize> {
+        self.lines.get(index).copied().flatten()
     }
 
     /// The configuration of each store.

@@ -7,8 +7,9 @@ use runlimit_core::{
 };
 
 use crate::{
+    change::{ChangeOutsideLog, PolicyChange},
     engine::{Mode, Refusal, Simulation, SimulationError, Verdict},
-    input::{InputError, InputSpec, Malformed, Reader, Request},
+    input::{InputError, InputSpec, Malformed, Reader, Request, time::format_rfc3339},
     policies::PolicySet,
     report::{self, Report},
     sketch::{Distinct, TopDenied},
@@ -233,6 +234,9 @@ pub struct Replay {
     input: report::InputTally,
     rows: Vec<Tally>,
     verdicts: Vec<Verdict>,
+    /// The ids of the positions verdicts name.
+    names: Vec<String>,
+    change: Option<ChangeTally>,
 }
 
 #[derive(Debug)]
@@ -250,6 +254,41 @@ pub(crate) struct Tally {
     pub(crate) peak_keys: usize,
 }
 
+/// A change's tallies: how many requests fell on each side of it, and each
+/// row's.
+#[derive(Debug)]
+pub(crate) struct ChangeTally {
+    pub(crate) change: PolicyChange,
+    pub(crate) requests_before: u64,
+    pub(crate) requests_after: u64,
+    pub(crate) rows: Vec<ChangeRowTally>,
+}
+
+/// One row's counts across a change, each as `[admitted, denied]`.
+#[derive(Debug)]
+pub(crate) struct ChangeRowTally {
+    /// Before the change, the same in both runs.
+    pub(crate) before: [u64; 2],
+    /// After it, continuing.
+    pub(crate) continuing: [u64; 2],
+    /// After it, started afresh.
+    pub(crate) fresh_start: [u64; 2],
+    /// Requests the fresh start admitted and continuing denied.
+    pub(crate) given_away: u64,
+    pub(crate) given_away_subjects: Distinct,
+    /// Requests continuing admitted and the fresh start denied.
+    pub(crate) held_back: u64,
+    pub(crate) held_back_subjects: Distinct,
+}
+
+/// How many rows a report of `set` has.
+fn rows_of(set: &PolicySet, mode: Mode) -> usize {
+    match mode {
+        Mode::Independent => set.candidates().len(),
+        Mode::Batch => 1,
+    }
+}
+
 impl Replay {
     /// Prepares a run of `set`.
     ///
@@ -258,10 +297,61 @@ impl Replay {
     /// As [`Simulation::new`].
     pub fn new(set: &PolicySet, options: ReplayOptions) -> Result<Self, SimulationError> {
         let simulation = Simulation::new(set, options.mode)?;
-        let rows = match options.mode {
-            Mode::Independent => set.candidates().len(),
-            Mode::Batch => 1,
+        let names = set
+            .candidates()
+            .iter()
+            .map(|candidate| candidate.id().to_owned())
+            .collect();
+        Ok(Self::with_simulation(simulation, set, names, None, options))
+    }
+
+    /// Prepares a run of `change`: each row (each new candidate, or their
+    /// batch) replays its old policies until the change and its new ones
+    /// from it, continuing from the old, and the report compares each with
+    /// a fresh start at the change ([`Report::change`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Simulation::with_change`].
+    pub fn with_change(
+        change: &PolicyChange,
+        options: ReplayOptions,
+    ) -> Result<Self, SimulationError> {
+        let simulation = Simulation::with_change(change, options.mode)?;
+        let rows = rows_of(change.after(), options.mode);
+        let tally = ChangeTally {
+            change: change.clone(),
+            requests_before: 0,
+            requests_after: 0,
+            rows: (0..rows)
+                .map(|_| ChangeRowTally {
+                    before: [0; 2],
+                    continuing: [0; 2],
+                    fresh_start: [0; 2],
+                    given_away: 0,
+                    given_away_subjects: Distinct::new(EXACT_SUBJECTS),
+                    held_back: 0,
+                    held_back_subjects: Distinct::new(EXACT_SUBJECTS),
+                })
+                .collect(),
         };
+        Ok(Self::with_simulation(
+            simulation,
+            change.after(),
+            change.names(),
+            Some(tally),
+            options,
+        ))
+    }
+
+    fn with_simulation(
+        simulation: Simulation,
+        set: &PolicySet,
+        names: Vec<String>,
+        change: Option<ChangeTally>,
+        options: ReplayOptions,
+    ) -> Self {
+        let rows = rows_of(set, options.mode);
         // Keys and labels are derived under a policy of their own, so one
         // subject has one key and one label across every candidate.
         #[allow(clippy::unwrap_used)]
@@ -275,7 +365,7 @@ impl Replay {
         let mut options = options;
         options.top = options.top.min(MAX_TOP);
         let keep = options.top.saturating_mul(64).max(1_024);
-        Ok(Self {
+        Self {
             simulation,
             keys: store_key_hasher().prepared_for(&subject_policy),
             labels: options.hasher.prepared_for(&subject_policy),
@@ -288,7 +378,7 @@ impl Replay {
                     denied: 0,
                     capacity: 0,
                     cost: 0,
-                    denied_by: vec![0; set.candidates().len()],
+                    denied_by: vec![0; names.len()],
                     subjects: Distinct::new(EXACT_SUBJECTS),
                     top: TopDenied::new(keep),
                     retry_seconds: BTreeMap::new(),
@@ -297,9 +387,11 @@ impl Replay {
                 })
                 .collect(),
             verdicts: Vec::with_capacity(rows),
+            names,
+            change,
             set: set.clone(),
             options,
-        })
+        }
     }
 
     /// The subject key the stores count `request` under.
@@ -313,7 +405,9 @@ impl Replay {
     }
 
     /// Evaluates one request and tallies it. Returns the verdicts, one per
-    /// row of the report.
+    /// row of the report: with a change, of the policies continuing across
+    /// it ([`fresh_start_verdicts`](Self::fresh_start_verdicts) has the
+    /// fresh start's).
     ///
     /// # Errors
     ///
@@ -385,10 +479,27 @@ impl Replay {
                 }
             }
         }
+        if let Some(change) = &mut self.change {
+            change.record(
+                self.simulation.changed(),
+                &self.verdicts,
+                self.simulation.fresh_start_verdicts(),
+                subject,
+            );
+        }
         if self.input.requests().is_multiple_of(KEY_SAMPLE_INTERVAL) {
             self.sample_keys();
         }
         Ok(&self.verdicts)
+    }
+
+    /// With a change, the verdicts of the last request recorded under the
+    /// new policies started afresh at the change, one per row (before the
+    /// change, the same as [`record`](Self::record)'s); without a change,
+    /// `record`'s.
+    #[must_use]
+    pub fn fresh_start_verdicts(&self) -> &[Verdict] {
+        self.simulation.fresh_start_verdicts()
     }
 
     fn sample_keys(&mut self) {
@@ -468,11 +579,78 @@ impl Replay {
         })
     }
 
+    /// Checks that the change (if any) happened within the log: that a
+    /// request at or after its time was replayed, so that the report's
+    /// comparison is not of nothing. A change before the first request
+    /// is refused at that request ([`SimulationError::ChangeOutsideLog`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeOutsideLog::AfterLastRequest`] when every request replayed
+    /// was before the change.
+    pub fn require_change(&self) -> Result<(), ChangeOutsideLog> {
+        match (self.simulation.change_at(), self.input.last()) {
+            (Some(at), Some(last)) if !self.simulation.changed() => {
+                Err(ChangeOutsideLog::AfterLastRequest {
+                    change_at: format_rfc3339(at),
+                    last_request: format_rfc3339(last),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The report so far.
     #[must_use]
     pub fn report(&mut self) -> Report {
         self.sample_keys();
-        report::build(&self.set, &self.options, &self.input, &self.rows)
+        report::build(&report::Sources {
+            set: &self.set,
+            names: &self.names,
+            options: &self.options,
+            input: &self.input,
+            rows: &self.rows,
+            change: self.change.as_ref().zip(self.simulation.change_at()),
+            origin: self.simulation.origin(),
+        })
+    }
+}
+
+impl ChangeTally {
+    fn record(
+        &mut self,
+        changed: bool,
+        continuing: &[Verdict],
+        fresh_start: &[Verdict],
+        subject: u64,
+    ) {
+        // `[admitted, denied]`'s index of a verdict.
+        let column = |verdict: &Verdict| usize::from(!verdict.is_admitted());
+        if !changed {
+            self.requests_before += 1;
+            for (row, verdict) in self.rows.iter_mut().zip(continuing) {
+                row.before[column(verdict)] += 1;
+            }
+            return;
+        }
+        self.requests_after += 1;
+        for ((row, continuing), fresh_start) in
+            self.rows.iter_mut().zip(continuing).zip(fresh_start)
+        {
+            row.continuing[column(continuing)] += 1;
+            row.fresh_start[column(fresh_start)] += 1;
+            match (continuing.is_admitted(), fresh_start.is_admitted()) {
+                (false, true) => {
+                    row.given_away += 1;
+                    row.given_away_subjects.insert(subject);
+                }
+                (true, false) => {
+                    row.held_back += 1;
+                    row.held_back_subjects.insert(subject);
+                }
+                _ => {}
+            }
+        }
     }
 }
 

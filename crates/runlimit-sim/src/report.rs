@@ -1,14 +1,15 @@
 //! What a run found, per candidate: as a terminal table, JSON or CSV.
 
-use std::{collections::BTreeMap, fmt::Write as _, io};
+use std::{collections::BTreeMap, fmt::Write as _, io, time::Duration};
 
 use serde::Serialize;
 
 use crate::{
+    change::ChangeAt,
     engine::Mode,
     input::{Malformed, time::format_rfc3339},
-    policies::PolicySet,
-    replay::{ReplayOptions, Tally},
+    policies::{Candidate, PolicySet},
+    replay::{ChangeTally, ReplayOptions, Tally},
     sketch::Distinct,
 };
 
@@ -38,8 +39,100 @@ pub struct Report {
     pub subjects_exact: bool,
     /// How subjects are shown: `keyed` (an HMAC label) or `raw`.
     pub subject_labels: &'static str,
-    /// One row per candidate, or one for the batch.
+    /// One row per candidate, or one for the batch; with a change, per new
+    /// candidate (or their batch), of the policies continuing across it.
     pub rows: Vec<Row>,
+    /// With a change of policies: what it did beside a fresh start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<ChangeReport>,
+}
+
+/// What a change of policies admitted and denied beside a fresh start: what
+/// a deploy without continuity (every counter empty at the change) would
+/// have given away.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ChangeReport {
+    /// When the policies changed (RFC 3339): requests at or after it ran
+    /// under the new ones.
+    pub at: String,
+    /// How long after the first request, as `--change-at` takes it: `+30m`.
+    pub since_first_request: String,
+    /// Requests replayed before the change.
+    pub requests_before: u64,
+    /// Requests replayed from the change on.
+    pub requests_after: u64,
+    /// The ids of the old candidates no new one replaces: they counted
+    /// until the change, in a batch only.
+    pub retired: Vec<String>,
+    /// One per row of the report, in its order.
+    pub rows: Vec<ChangeRow>,
+    /// The minute from the first request the change falls in, for charts.
+    #[serde(skip)]
+    pub minute: usize,
+}
+
+/// One row across a change: the old policies until it, then the new ones,
+/// continuing and as a fresh start.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ChangeRow {
+    /// The new candidate's id, or `batch`.
+    pub policy: String,
+    /// The replaced candidate's algorithm; `None` for a new id.
+    pub from_algorithm: Option<String>,
+    /// The replaced candidate's quota; `None` for a new id.
+    pub from_quota: Option<String>,
+    /// The new candidate's algorithm.
+    pub algorithm: String,
+    /// The new candidate's quota.
+    pub quota: String,
+    /// Before the change, the same in both runs. A new id admits everything
+    /// before the change: it did not exist.
+    pub before_change: Counts,
+    /// The new policies continuing from the old.
+    pub continuing: RunCounts,
+    /// The new policies with every counter empty at the change.
+    pub fresh_start: RunCounts,
+    /// Requests the fresh start admitted and continuing denied: what a
+    /// reset would have given away.
+    pub given_away: Difference,
+    /// Requests continuing admitted and the fresh start denied (a fresh
+    /// start that spends its quota early, or anchors its windows later,
+    /// refuses some that continuing admits).
+    pub held_back: Difference,
+}
+
+/// Requests admitted and denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Admitted.
+    pub admitted: u64,
+    /// Denied, for any reason.
+    pub denied: u64,
+}
+
+/// One run of a change's new policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RunCounts {
+    /// From the change on.
+    pub after_change: Counts,
+    /// Over the whole log, the requests before the change included.
+    pub overall: Counts,
+}
+
+/// Requests one run decided otherwise than the other, and their subjects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Difference {
+    /// Requests.
+    pub requests: u64,
+    /// Distinct subjects of those requests.
+    pub subjects: u64,
+    /// Whether `subjects` is exact (it is an estimate past a million).
+    pub subjects_exact: bool,
 }
 
 /// Malformed lines: how many, why, and the first ones by number.
@@ -69,7 +162,9 @@ pub struct MalformedLine {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Row {
-    /// The candidate's id, or `batch` for all of them together.
+    /// The candidate's id, or `batch` for all of them together. With a
+    /// change, the new candidate's: the row counts its old one until the
+    /// change, and [`ChangeRow`] names both.
     pub policy: String,
     /// Its algorithm.
     pub algorithm: String,
@@ -95,9 +190,13 @@ pub struct Row {
     pub subjects_denied_share: f64,
     /// `Retry-After` of quota refusals, in whole seconds.
     pub retry_after_seconds: Option<Quantiles>,
-    /// The most keys the store held (sampled every 64 requests and at the end).
+    /// The most keys the store held (sampled every 64 requests and at the
+    /// end). With a change, the continuing store's, which holds the old
+    /// policies' keys too.
     pub peak_keys: u64,
-    /// `peak_keys` times the memory store's documented cost per key.
+    /// `peak_keys` times the memory store's documented cost per key (with
+    /// a change, of a key in a store of all three algorithms: 64-byte
+    /// entries).
     pub peak_bytes: u64,
     /// The most refused subjects, most first.
     pub top_denied: Vec<TopSubject>,
@@ -165,6 +264,11 @@ impl InputTally {
         self.requests
     }
 
+    /// The last request's time.
+    pub(crate) fn last(&self) -> Option<i64> {
+        self.last
+    }
+
     /// Lines skipped per reason.
     pub(crate) fn reasons(&self) -> impl Iterator<Item = (Malformed, u64)> + '_ {
         self.reasons.iter().map(|(&why, &lines)| (why, lines))
@@ -187,12 +291,35 @@ impl InputTally {
     }
 }
 
-pub(crate) fn build(
-    set: &PolicySet,
-    options: &ReplayOptions,
-    input: &InputTally,
-    rows: &[Tally],
-) -> Report {
+/// What a report is built from.
+pub(crate) struct Sources<'a> {
+    /// The candidates the rows are of: with a change, the new ones.
+    pub(crate) set: &'a PolicySet,
+    /// The ids of the positions verdicts name.
+    pub(crate) names: &'a [String],
+    pub(crate) options: &'a ReplayOptions,
+    pub(crate) input: &'a InputTally,
+    pub(crate) rows: &'a [Tally],
+    /// A change's tallies and its time, once known.
+    pub(crate) change: Option<(&'a ChangeTally, i64)>,
+    /// When the first request happened.
+    pub(crate) origin: Option<i64>,
+}
+
+/// The memory store's documented cost of a key in a store of all three
+/// algorithms, as a change replays in: a 64-byte entry.
+const ANY_BYTES_PER_KEY: u64 = 152;
+
+pub(crate) fn build(sources: &Sources<'_>) -> Report {
+    let Sources {
+        set,
+        names,
+        options,
+        input,
+        rows,
+        change,
+        origin,
+    } = *sources;
     let (subjects, subjects_exact) = input.subjects.count();
     let candidates = set.candidates();
     let share = |part: u64, whole: u64| {
@@ -209,32 +336,20 @@ pub(crate) fn build(
         .iter()
         .enumerate()
         .map(|(index, tally)| {
-            let (policy, algorithm, quota, bytes_per_key) = match options.mode {
-                Mode::Batch => (
-                    "batch".to_owned(),
-                    candidates[0].algorithm().to_owned(),
-                    candidates
-                        .iter()
-                        .map(|candidate| format!("{}: {candidate}", candidate.id()))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    candidates[0].bytes_per_key(),
-                ),
-                Mode::Independent => {
-                    let candidate = &candidates[index];
-                    (
-                        candidate.id().to_owned(),
-                        candidate.algorithm().to_owned(),
-                        candidate.to_string(),
-                        candidate.bytes_per_key(),
-                    )
-                }
+            let (policy, members): (String, Vec<&Candidate>) = match options.mode {
+                Mode::Batch => ("batch".to_owned(), candidates.iter().collect()),
+                Mode::Independent => (candidates[index].id().to_owned(), vec![&candidates[index]]),
+            };
+            let bytes_per_key = if change.is_some() {
+                ANY_BYTES_PER_KEY
+            } else {
+                members[0].bytes_per_key()
             };
             let (subjects_denied, subjects_denied_exact) = tally.subjects.count();
             Row {
                 policy,
-                algorithm,
-                quota,
+                algorithm: members[0].algorithm().to_owned(),
+                quota: quota_of(&members, options.mode),
                 requests: tally.requests,
                 admitted: tally.admitted,
                 denied: tally.denied,
@@ -258,10 +373,10 @@ pub(crate) fn build(
                     .collect(),
                 top_denied_error: tally.top.error(),
                 denied_by: match options.mode {
-                    Mode::Batch => candidates
+                    Mode::Batch => names
                         .iter()
                         .zip(&tally.denied_by)
-                        .map(|(candidate, &denied)| (candidate.id().to_owned(), denied))
+                        .map(|(name, &denied)| (name.clone(), denied))
                         .collect(),
                     Mode::Independent => BTreeMap::new(),
                 },
@@ -296,7 +411,82 @@ pub(crate) fn build(
         subjects,
         subjects_exact,
         subject_labels: if options.raw_subjects { "raw" } else { "keyed" },
+        change: change.map(|(tally, at)| change_report(tally, at, origin, options.mode)),
         rows,
+    }
+}
+
+fn change_report(tally: &ChangeTally, at: i64, origin: Option<i64>, mode: Mode) -> ChangeReport {
+    let change = &tally.change;
+    let since = u64::try_from(at.saturating_sub(origin.unwrap_or(at))).unwrap_or(0);
+    let counts = |[admitted, denied]: [u64; 2]| Counts { admitted, denied };
+    let difference = |requests: u64, subjects: &Distinct| {
+        let (subjects, subjects_exact) = subjects.count();
+        Difference {
+            requests,
+            subjects,
+            subjects_exact,
+        }
+    };
+    let rows = tally
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(index, row)| {
+            let (policy, from, to): (String, Vec<&Candidate>, Vec<&Candidate>) = match mode {
+                Mode::Batch => (
+                    "batch".to_owned(),
+                    change.before().candidates().iter().collect(),
+                    change.after().candidates().iter().collect(),
+                ),
+                Mode::Independent => (
+                    change.after().candidates()[index].id().to_owned(),
+                    change.predecessor(index).into_iter().collect(),
+                    vec![&change.after().candidates()[index]],
+                ),
+            };
+            let run = |after: [u64; 2]| RunCounts {
+                after_change: counts(after),
+                overall: counts([row.before[0] + after[0], row.before[1] + after[1]]),
+            };
+            ChangeRow {
+                policy,
+                from_algorithm: from.first().map(|c| c.algorithm().to_owned()),
+                from_quota: (!from.is_empty()).then(|| quota_of(&from, mode)),
+                algorithm: to[0].algorithm().to_owned(),
+                quota: quota_of(&to, mode),
+                before_change: counts(row.before),
+                continuing: run(row.continuing),
+                fresh_start: run(row.fresh_start),
+                given_away: difference(row.given_away, &row.given_away_subjects),
+                held_back: difference(row.held_back, &row.held_back_subjects),
+            }
+        })
+        .collect();
+    ChangeReport {
+        at: format_rfc3339(at),
+        since_first_request: ChangeAt::AfterFirstRequest(Duration::from_nanos(since)).to_string(),
+        requests_before: tally.requests_before,
+        requests_after: tally.requests_after,
+        retired: change.retired().map(|c| c.id().to_owned()).collect(),
+        rows,
+        minute: usize::try_from(since / 60_000_000_000).unwrap_or(usize::MAX),
+    }
+}
+
+/// A row's quota: a candidate's, or a batch's as `id: quota; …`.
+fn quota_of(candidates: &[&Candidate], mode: Mode) -> String {
+    match mode {
+        Mode::Batch => candidates
+            .iter()
+            .map(|candidate| format!("{}: {candidate}", candidate.id()))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Mode::Independent => candidates
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
     }
 }
 
@@ -423,6 +613,9 @@ impl Report {
                 );
             }
         }
+        if let Some(change) = &self.change {
+            change.write_table(&mut out);
+        }
         let shown = if self.subject_labels == "raw" {
             "as written"
         } else {
@@ -476,14 +669,21 @@ impl Report {
     }
 
     /// The rows as CSV, one per candidate (top subjects as
-    /// `subject=count` joined by `;`).
+    /// `subject=count` joined by `;`). With a change, each row goes on with
+    /// its [`ChangeRow`]: `from_algorithm`, `from_quota` (empty for a new
+    /// id), `before_change_admitted`, `before_change_denied`, then
+    /// `admitted_after_change` and `denied_after_change` of the continuing
+    /// run, then of the fresh start (`fresh_start_admitted_after_change`,
+    /// …) and its `fresh_start_admitted` and `fresh_start_denied` overall,
+    /// then `given_away`, `given_away_subjects`, `held_back` and
+    /// `held_back_subjects`.
     ///
     /// # Errors
     ///
     /// Writing to `out` failed.
     pub fn write_csv(&self, out: impl io::Write) -> io::Result<()> {
         let mut writer = csv::Writer::from_writer(out);
-        writer.write_record([
+        let mut header = vec![
             "policy",
             "algorithm",
             "quota",
@@ -501,14 +701,37 @@ impl Report {
             "peak_keys",
             "peak_bytes",
             "top_denied",
-        ])?;
-        for row in &self.rows {
+        ];
+        if self.change.is_some() {
+            header.extend([
+                "from_algorithm",
+                "from_quota",
+                "before_change_admitted",
+                "before_change_denied",
+                "admitted_after_change",
+                "denied_after_change",
+                "fresh_start_admitted_after_change",
+                "fresh_start_denied_after_change",
+                "fresh_start_admitted",
+                "fresh_start_denied",
+                "given_away",
+                "given_away_subjects",
+                "held_back",
+                "held_back_subjects",
+            ]);
+        }
+        writer.write_record(&header)?;
+        for (index, row) in self.rows.iter().enumerate() {
+            let change = self
+                .change
+                .as_ref()
+                .and_then(|change| change.rows.get(index));
             let retry = |pick: fn(&Quantiles) -> u64| {
                 row.retry_after_seconds
                     .as_ref()
                     .map_or_else(String::new, |q| pick(q).to_string())
             };
-            writer.write_record([
+            let mut record = vec![
                 row.policy.clone(),
                 row.algorithm.clone(),
                 row.quota.clone(),
@@ -530,9 +753,124 @@ impl Report {
                     .map(|top| format!("{}={}", top.subject, top.denied))
                     .collect::<Vec<_>>()
                     .join(";"),
-            ])?;
+            ];
+            if let Some(change) = change {
+                record.extend([
+                    change.from_algorithm.clone().unwrap_or_default(),
+                    change.from_quota.clone().unwrap_or_default(),
+                ]);
+                record.extend(
+                    [
+                        change.before_change.admitted,
+                        change.before_change.denied,
+                        change.continuing.after_change.admitted,
+                        change.continuing.after_change.denied,
+                        change.fresh_start.after_change.admitted,
+                        change.fresh_start.after_change.denied,
+                        change.fresh_start.overall.admitted,
+                        change.fresh_start.overall.denied,
+                        change.given_away.requests,
+                        change.given_away.subjects,
+                        change.held_back.requests,
+                        change.held_back.subjects,
+                    ]
+                    .map(|count| count.to_string()),
+                );
+            }
+            writer.write_record(&record)?;
         }
         writer.flush()
+    }
+}
+
+impl ChangeReport {
+    /// The change's section of the table: per row, its old and new quota,
+    /// admitted and denied after the change and overall by each run, and
+    /// what the fresh start gave away.
+    fn write_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\npolicy change at {} ({}): {} before it, {} after",
+            self.at,
+            self.since_first_request,
+            count(self.requests_before, "request", "requests"),
+            self.requests_after,
+        );
+        if !self.retired.is_empty() {
+            let _ = writeln!(out, "retired at the change: {}", self.retired.join(", "));
+        }
+        for row in &self.rows {
+            let from = match (&row.from_algorithm, &row.from_quota) {
+                (Some(algorithm), Some(quota)) => format!("{algorithm} {quota} → "),
+                _ => "new: ".to_owned(),
+            };
+            let _ = writeln!(out, "{}: {from}{} {}", row.policy, row.algorithm, row.quota);
+            let header = [
+                "",
+                "admitted after",
+                "denied after",
+                "admitted overall",
+                "denied overall",
+            ];
+            let cells = [
+                ("continuing", &row.continuing),
+                ("fresh start", &row.fresh_start),
+            ]
+            .map(|(run, counts)| {
+                [
+                    run.to_owned(),
+                    counts.after_change.admitted.to_string(),
+                    counts.after_change.denied.to_string(),
+                    counts.overall.admitted.to_string(),
+                    counts.overall.denied.to_string(),
+                ]
+            });
+            let width = |column: usize| {
+                cells
+                    .iter()
+                    .map(|cells| cells[column].chars().count())
+                    .chain([header[column].len()])
+                    .max()
+                    .unwrap_or(0)
+            };
+            let widths: Vec<usize> = (0..header.len()).map(width).collect();
+            let mut line = |values: [&str; 5]| {
+                let mut text = format!("  {:<width$}", values[0], width = widths[0]);
+                for (value, width) in values.iter().zip(&widths).skip(1) {
+                    let _ = write!(text, "  {value:>width$}");
+                }
+                let _ = writeln!(out, "{}", text.trim_end());
+            };
+            line(header);
+            for cells in &cells {
+                line(cells.each_ref().map(String::as_str));
+            }
+            let given_away = if row.given_away.requests == 0 {
+                "nothing".to_owned()
+            } else {
+                row.given_away.describe("to")
+            };
+            let _ = writeln!(out, "  a fresh start would have given away {given_away}");
+            if row.held_back.requests > 0 {
+                let _ = writeln!(
+                    out,
+                    "  and refused {} that continuing admitted",
+                    row.held_back.describe("from")
+                );
+            }
+        }
+    }
+}
+
+impl Difference {
+    /// `3 requests to 1 subject`, with `preposition` between.
+    fn describe(&self, preposition: &str) -> String {
+        let approx = if self.subjects_exact { "" } else { "≈" };
+        format!(
+            "{} {preposition} {approx}{}",
+            count(self.requests, "request", "requests"),
+            count(self.subjects, "subject", "subjects")
+        )
     }
 }
 

@@ -211,6 +211,213 @@ fn mistakes_are_refused_before_anything_is_replayed() {
     }
 }
 
+const BEFORE: &str = r#"
+[[policy]]
+algorithm = "fixed_window"
+id = "login.ip"
+scope = "ip"
+limit = 5
+window = { secs = 900, nanos = 0 }
+"#;
+
+const AFTER: &str = r#"
+[[policy]]
+algorithm = "gcra"
+id = "login.ip"
+scope = "ip"
+quota = 3
+period = { secs = 900, nanos = 0 }
+burst_capacity = 3
+"#;
+
+/// One client's requests at these seconds after 2026-01-01T00:00:00Z.
+fn clf_log(seconds: &[u32]) -> String {
+    seconds
+        .iter()
+        .map(|second| {
+            format!(
+                "192.0.2.1 - - [01/Jan/2026:00:{:02}:{:02} +0000] \"POST /login HTTP/1.1\" 401 64\n",
+                second / 60,
+                second % 60
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_change_of_policies_is_reported_beside_a_fresh_start_in_every_format() {
+    // Five per 15 minutes, used up by 0 to 4; at 60 GCRA of three per 15
+    // minutes carries the five: 60 and 61 are refused, where a fresh start
+    // admits both.
+    let dir = scratch("change");
+    std::fs::write(dir.join("before.toml"), BEFORE).expect("writable");
+    std::fs::write(dir.join("after.toml"), AFTER).expect("writable");
+    std::fs::write(dir.join("access.log"), clf_log(&[0, 1, 2, 3, 4, 60, 61])).expect("writable");
+    let change = [
+        "replay",
+        "-p",
+        "before.toml",
+        "--change-at",
+        "+1m",
+        "--then",
+        "after.toml",
+    ];
+    let run = |extra: &[&str]| stdout(&sim(&[&change[..], extra, &["access.log"]].concat(), &dir));
+
+    let table = run(&[]);
+    assert!(
+        table.contains(
+            "policy change at 2026-01-01T00:01:00Z (+1m): 5 requests before it, 2 after\n\
+             login.ip: fixed_window 5 per 15m → gcra 3 per 15m, burst 3\n"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("a fresh start would have given away 2 requests to 1 subject"),
+        "{table}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    let row = &json["change"]["rows"][0];
+    assert_eq!(row["given_away"]["requests"], 2, "{json}");
+    assert_eq!(row["continuing"]["after_change"]["denied"], 2, "{json}");
+
+    let csv = run(&["--csv"]);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].ends_with(",given_away,given_away_subjects,held_back,held_back_subjects"));
+    assert!(lines[1].ends_with(",2,1,0,0"), "{csv}");
+
+    run(&["--chart", "chart.svg"]);
+    let chart = std::fs::read_to_string(dir.join("chart.svg")).expect("a chart");
+    assert!(chart.contains("policy change (+1m)"));
+}
+
+#[test]
+fn change_mistakes_are_refused_naming_the_file_and_line() {
+    let dir = scratch("change_mistakes");
+    std::fs::write(dir.join("before.toml"), BEFORE).expect("writable");
+    std::fs::write(dir.join("after.toml"), AFTER).expect("writable");
+    // The scope is on the new file's fifth line, its table at the second.
+    std::fs::write(
+        dir.join("user.toml"),
+        AFTER.replace("scope = \"ip\"", "scope = \"user\""),
+    )
+    .expect("writable");
+    std::fs::write(
+        dir.join("zero.toml"),
+        AFTER.replace("quota = 3", "quota = 0"),
+    )
+    .expect("writable");
+    std::fs::write(dir.join("broken.toml"), "[[policy]\n").expect("writable");
+    std::fs::write(
+        dir.join("mixed.toml"),
+        format!("{AFTER}{}", BEFORE.replace("login.ip", "login.other")),
+    )
+    .expect("writable");
+    std::fs::write(dir.join("access.log"), clf_log(&[60, 120])).expect("writable");
+    let change = |at: &str, then: &str, log: &str| {
+        sim(
+            &[
+                "replay",
+                "-p",
+                "before.toml",
+                "--change-at",
+                at,
+                "--then",
+                then,
+                log,
+            ],
+            &dir,
+        )
+    };
+    for (output, says) in [
+        (
+            sim(
+                &[
+                    "replay",
+                    "-p",
+                    "before.toml",
+                    "--then",
+                    "after.toml",
+                    "access.log",
+                ],
+                &dir,
+            ),
+            "--change-at <TIME|+OFFSET>",
+        ),
+        (
+            sim(
+                &[
+                    "replay",
+                    "-p",
+                    "before.toml",
+                    "--change-at",
+                    "+1m",
+                    "access.log",
+                ],
+                &dir,
+            ),
+            "--then <FILE>",
+        ),
+        (
+            change("soon", "after.toml", "access.log"),
+            "`soon` is neither an RFC 3339 time",
+        ),
+        // Refused before the log is opened.
+        (
+            change("+1m", "user.toml", "missing.log"),
+            "user.toml: invalid [[policy]] at line 2: `login.ip` has scope `user` but the \
+             policy it replaces has scope `ip`: a policy can continue only from a policy with \
+             the same id and scope",
+        ),
+        (
+            change("+1m", "zero.toml", "missing.log"),
+            "zero.toml: invalid [[policy]] at line 2: quota 0 is outside",
+        ),
+        (
+            change("+1m", "broken.toml", "missing.log"),
+            "broken.toml: invalid policy file: TOML parse error at line 1",
+        ),
+        (
+            change("2026-01-01T00:00:30Z", "after.toml", "access.log"),
+            "the change at 2026-01-01T00:00:30Z is before the log's first request, at \
+             2026-01-01T00:01:00Z",
+        ),
+        (
+            change("+2m", "after.toml", "access.log"),
+            "the change at 2026-01-01T00:03:00Z is after the log's last request, at \
+             2026-01-01T00:02:00Z",
+        ),
+        (
+            sim(
+                &[
+                    "replay",
+                    "--batch",
+                    "-p",
+                    "before.toml",
+                    "--change-at",
+                    "+1m",
+                    "--then",
+                    "mixed.toml",
+                    "missing.log",
+                ],
+                &dir,
+            ),
+            "`login.ip` is gcra but `login.other` is fixed_window; batch only one \
+             algorithm's policies; replay without --batch",
+        ),
+    ] {
+        assert!(!output.status.success(), "{says}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{says}: {stderr}");
+    }
+    // Within the log, from its first request to its last, the change runs.
+    for at in ["+0s", "2026-01-01T00:02:00Z"] {
+        stdout(&change(at, "after.toml", "access.log"));
+    }
+}
+
 #[test]
 fn a_policy_error_names_the_file_and_its_own_table_line() {
     let dir = scratch("policy_line");
@@ -511,6 +718,8 @@ fn a_log_with_no_usable_line_fails_and_says_why() {
         "the report is still printed",
         "trailing newline",
         "classes in either case",
+        "an offset from the log's first",
+        "what a reset would have given away",
     ] {
         assert!(
             help.contains(documented),
@@ -577,9 +786,13 @@ fn the_readme_commands_run_as_written_and_print_what_it_shows() {
         .expect("the simulator's section");
     let (commands, checked) =
         run_documented(section, "cargo run --release -p runlimit-sim -- ", &dir);
-    assert!(commands.len() >= 3 && checked >= 2, "{commands:?}");
+    assert!(commands.len() >= 4 && checked >= 3, "{commands:?}");
     assert!(
         commands.iter().any(|c| c.starts_with("replay --batch")),
+        "{commands:?}"
+    );
+    assert!(
+        commands.iter().any(|c| c.contains("--change-at")),
         "{commands:?}"
     );
 
@@ -587,8 +800,10 @@ fn the_readme_commands_run_as_written_and_print_what_it_shows() {
     copy_policies(&dir.join("policies"));
     let readme = include_str!("../README.md");
     let (commands, _) = run_documented(readme, "runlimit-sim ", &dir);
-    assert!(
-        commands.iter().any(|c| c.contains("--batch")),
-        "{commands:?}"
-    );
+    for option in ["--batch", "--change-at"] {
+        assert!(
+            commands.iter().any(|c| c.contains(option)),
+            "{option}: {commands:?}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ pub(crate) struct TestSchema {
     url: String,
 }
 
-fn database_url() -> String {
+pub(crate) fn database_url() -> String {
     std::env::var("RUNLIMIT_POSTGRES_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }

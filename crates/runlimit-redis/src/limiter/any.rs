@@ -63,6 +63,7 @@ macro_rules! with_typed {
 /// admits each only if all fit.
 impl RedisPolicy for AnyPolicy {
     const ISSUER: &'static str = "runlimit-redis/any";
+    const COALESCER: usize = 3;
 
     fn script() -> &'static Lua {
         &ANY

@@ -93,7 +93,7 @@ fn scale(billionths: i128, nanos_per_unit: i128) -> Option<i64> {
     i64::try_from(billionths.checked_mul(nanos_per_unit)? / 1_000_000_000).ok()
 }
 
-fn parse_rfc3339(text: &[u8]) -> Option<i64> {
+pub(crate) fn parse_rfc3339(text: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(text).ok()?;
     let at = OffsetDateTime::parse(text.trim(), &Rfc3339).ok()?;
     i64::try_from(at.unix_timestamp_nanos()).ok()
