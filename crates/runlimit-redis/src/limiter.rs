@@ -285,8 +285,9 @@ impl Marking {
 }
 
 /// The policies Redis can evaluate: [`FixedWindowPolicy`],
-/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`] (any of the
-/// three, in batches that may mix them). Sealed.
+/// [`SlidingWindowPolicy`], [`GcraPolicy`] and
+/// [`AnyPolicy`](runlimit_core::AnyPolicy) (any of the three, in batches
+/// that may mix them). Sealed.
 pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
     /// The issuer name on this policy type's receipts.
     #[doc(hidden)]

@@ -57,10 +57,9 @@ macro_rules! with_typed {
     };
 }
 
-/// Each check is decided, refunded and peeked with its algorithm's code, so
-/// an `AnyPolicy` check costs what a check of its policy's own type costs;
-/// a batch measures each check first (as a grant measures its room), then
-/// admits each only if all fit.
+/// Each check is decided, refunded and peeked with its algorithm's code, as
+/// a check of its policy's own type is; a batch measures each check first
+/// (as a grant measures its room), then admits each only if all fit.
 impl RedisPolicy for AnyPolicy {
     const ISSUER: &'static str = "runlimit-redis/any";
     const COALESCER: usize = 3;
