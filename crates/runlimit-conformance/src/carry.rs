@@ -16,7 +16,7 @@ use runlimit_core::{
 };
 
 use crate::{
-    assert_allowed, assert_quota_denied, decide, decide_all,
+    TimeControl, assert_allowed, assert_close, assert_quota_denied, decide, decide_all,
     lifecycle::{admit, peek, refund},
     scope, subject, unique_policy_id,
 };
@@ -364,4 +364,49 @@ where
         }
         denied => panic!("{case}: expected the batch allowed, got {denied:?}"),
     }
+}
+
+/// A carried state is kept from a subject's first check under the new
+/// policy, denied or not, and drains at the new policy's rate from then on:
+/// a denied subject's retry time shortens as time passes, rather than being
+/// carried afresh (and standing still) at every check. Four GCRA units in
+/// flight at one a minute, carried into two a minute with a burst of two:
+/// four units take two minutes, so the first check is denied for 90 s.
+pub async fn carry_drain_suite<L, T>(limiter: &L, time: &T)
+where
+    L: Limiter<Policy = GcraPolicy> + Lifecycle,
+    T: TimeControl,
+{
+    let case = "a carried state drains";
+    let id = unique_policy_id("carry-drains");
+    let old = gcra(&id, 1, Duration::from_secs(60), 4);
+    spend_four(limiter, &old, subject(30), case).await;
+    let new = gcra(&id, 2, Duration::from_secs(60), 2)
+        .continuing(&old)
+        .unwrap_or_else(|error| panic!("a valid lineage: {error}"));
+    let check = Check::new(&new, subject(30));
+    let first = decide(limiter, &check, case).await;
+    assert_quota_denied(case, &first);
+    assert_close(
+        case,
+        "the first retry",
+        first.retry_after(),
+        Duration::from_secs(90),
+        time.drift() + Duration::from_secs(1),
+    );
+    time.advance(Duration::from_secs(30)).await;
+    let later = decide(limiter, &check, case).await;
+    assert_quota_denied(case, &later);
+    assert_close(
+        case,
+        "the retry 30 s later",
+        later.retry_after(),
+        Duration::from_secs(60),
+        time.drift() + Duration::from_secs(1),
+    );
+    time.advance(Duration::from_secs(60)).await;
+    assert!(
+        decide(limiter, &check, case).await.is_allowed(),
+        "{case}: admitted once the carried units drained"
+    );
 }

@@ -41,7 +41,8 @@ pub mod sliding_window;
 mod windows;
 
 pub use carry::{
-    any_policy_carry_suite, fixed_window_carry_suite, gcra_carry_suite, sliding_window_carry_suite,
+    any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite, gcra_carry_suite,
+    sliding_window_carry_suite,
 };
 pub use fixed_window::fixed_window_suite;
 pub use gcra::gcra_suite;

@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use runlimit_conformance::{
-    TimeControl, any_policy_carry_suite, fixed_window_carry_suite, fixed_window_grant_suite,
-    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
-    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
-    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    TimeControl, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
+    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
+    gcra_settle_suite, gcra_suite, sliding_window_carry_suite, sliding_window_grant_suite,
+    sliding_window_lifecycle_suite, sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_memory::{
     AnyStore, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, SlidingWindowStore,
@@ -54,8 +54,9 @@ async fn gcra_store_passes_the_gcra_suite() {
     let store = GcraStore::new(config()).with_clock(clock.clone());
     gcra_suite(&store, &Manual(clock.clone())).await;
     gcra_lifecycle_suite(&store, &Manual(clock.clone())).await;
-    gcra_settle_suite(&store, &Manual(clock)).await;
+    gcra_settle_suite(&store, &Manual(clock.clone())).await;
     gcra_grant_suite(&store).await;
+    carry_drain_suite(&store, &Manual(clock)).await;
 }
 
 #[tokio::test]

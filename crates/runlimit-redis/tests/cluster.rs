@@ -10,7 +10,7 @@ use common::Layout;
 use proptest::{prelude::*, test_runner::TestRunner};
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    Shared, TimeControl, any_policy_carry_suite, fixed_window_carry_suite,
+    Shared, TimeControl, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
     fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
     fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
     gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
@@ -116,6 +116,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     gcra_lifecycle_suite(&limiter, &time).await;
     gcra_settle_suite(&limiter, &time).await;
     gcra_grant_suite(&limiter).await;
+    carry_drain_suite(&limiter, &time).await;
     let config = single_slot(common::config("cluster-sliding"));
     let time = ShiftCluster {
         nodes,

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use proptest::{prelude::*, test_runner::TestRunner};
 use runlimit_conformance::{
-    Shared, any_policy_carry_suite, fixed_window_carry_suite, fixed_window_grant_suite,
-    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
-    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite, leased_trace,
-    leased_weighted_suite, run_leased_trace, sliding_window_carry_suite,
-    sliding_window_grant_suite, sliding_window_lifecycle_suite, sliding_window_settle_suite,
-    sliding_window_suite,
+    Shared, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
+    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
+    fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
+    gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
+    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
+    sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{AnyPolicy, FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
 use runlimit_redis::{DEFAULT_COALESCED, RedisLimiter};
@@ -85,6 +85,7 @@ async fn gcra_passes_the_conformance_suite() {
     gcra_lifecycle_suite(&limiter, &time).await;
     gcra_settle_suite(&limiter, &time).await;
     gcra_grant_suite(&limiter).await;
+    carry_drain_suite(&limiter, &time).await;
 }
 
 #[tokio::test]
