@@ -5,15 +5,16 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, StatusCode};
 use runlimit_http::{
     draft_11::RATELIMIT,
-    read::{self, Pushback},
+    read::{self, Pushback, Reset},
 };
 
 /// How long the server said requests like the one answered with `status`
 /// and `headers` will be refused: the longest of what `Retry-After` (on 429
-/// or 503), an exhausted draft `RateLimit` member, an exhausted legacy
-/// quota, and gRPC pushback on `RESOURCE_EXHAUSTED` say, measured against
-/// the response's `Date` when it has one. `None` when none of them says the
-/// quota is exhausted.
+/// or 503), an exhausted draft `RateLimit` member (or revision 7's
+/// `remaining=0` with its `reset`), an exhausted legacy quota (its
+/// `X-RateLimit-Reset-After` when sent, else its reset), and gRPC pushback
+/// on `RESOURCE_EXHAUSTED` say, measured against the response's `Date` when
+/// it has one. `None` when none of them says the quota is exhausted.
 ///
 /// Fields that cannot be read are ignored: a client cannot act on them.
 ///
@@ -56,13 +57,16 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
     {
         consider(wait);
     }
-    // Only a member with `r=0` is exhausted (Structured Field parameters
-    // have no spaces around `=`, and `r=00` contains it too): a field
-    // without it is not parsed, which is most responses.
-    let exhausted_member = headers
-        .get_all(RATELIMIT)
-        .iter()
-        .any(|value| value.as_bytes().windows(3).any(|window| window == b"r=0"));
+    // Only a member with `r=0` (or revision 7's `remaining=0`) is exhausted
+    // (Structured Field parameters have no spaces around `=`, and `r=00`
+    // contains it too): a field without it is not parsed, which is most
+    // responses.
+    let mut draft_7 = false;
+    let exhausted_member = headers.get_all(RATELIMIT).iter().any(|value| {
+        let value = value.as_bytes();
+        draft_7 |= contains(value, b"remaining=0");
+        contains(value, b"r=0")
+    });
     if exhausted_member && let Ok(statuses) = read::statuses(headers) {
         for status in statuses.members() {
             if status.remaining() == 0
@@ -72,11 +76,22 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
             }
         }
     }
-    let legacy = read::legacy(headers);
-    if legacy.remaining == Some(0)
-        && let Some(reset) = legacy.reset
+    if draft_7
+        && let Ok(Some(status)) = read::draft_7_status(headers)
+        && status.remaining() == 0
+        && let Some(reset) = status.reset()
     {
-        consider(reset.remaining_from(now()));
+        consider(reset);
+    }
+    let legacy = read::legacy(headers);
+    if legacy.remaining == Some(0) {
+        // Discord's `X-RateLimit-Reset-After` says to the millisecond what
+        // its epoch reset says to the second.
+        if let Some(after) = legacy.reset_after {
+            consider(after);
+        } else if let Some(reset) = legacy.reset {
+            consider(reset.remaining_from(now()));
+        }
     }
     if headers
         .get("grpc-status")
@@ -88,21 +103,78 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
     longest.filter(|wait| !wait.is_zero())
 }
 
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// What an answer says is left of its partition's most constraining quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QuotaLeft {
+    /// The units left.
+    pub(crate) units: u64,
+    /// When they reset, measured from the answer; `None` when the answer
+    /// does not say (Laravel's `X-RateLimit-Remaining` alone).
+    pub(crate) reset: Option<ResetWithin>,
+    /// The epoch reset the server named (since the epoch), which tells its
+    /// windows apart: a later one is a later window.
+    pub(crate) window: Option<Duration>,
+}
+
+/// When a quota resets, measured from the answer, as closely as its fields
+/// tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResetWithin {
+    /// The latest it can reset: the cautious reading, which the count waits
+    /// for.
+    pub(crate) latest: Duration,
+    /// The earliest moment worth one probe when the count is spent: a
+    /// second before `latest` for an epoch reset read against a `Date`
+    /// (truncated to the second, so up to a second behind the server) two
+    /// seconds or more away; else `latest`.
+    pub(crate) earliest: Duration,
+}
+
+impl ResetWithin {
+    /// A reset that is as precise as it reads (delta-seconds, milliseconds).
+    fn exactly(after: Duration) -> Self {
+        Self {
+            latest: after,
+            earliest: after,
+        }
+    }
+}
+
 /// The most constraining quota a response reports: the fewest units left
-/// (the longest reset among equals) of the draft `RateLimit` members and the
-/// legacy `X-RateLimit-Remaining`, each with a nonzero reset, and that
-/// reset. `None` when the response reports no quota with a reset.
-pub(crate) fn quota_left(headers: &HeaderMap) -> Option<(u64, Duration)> {
-    let mut fewest: Option<(u64, Duration)> = None;
-    let mut consider = |left: u64, reset: Duration| {
-        if reset.is_zero() {
+/// (the latest reset among equals; an unknown reset is the latest) of the
+/// draft `RateLimit` members, revision 7's `RateLimit` Dictionary, and the
+/// legacy `X-RateLimit-Remaining` (or `RateLimit-Remaining`). A quota whose
+/// reset is zero is skipped (it resets now). `None` when the response
+/// reports no quota.
+pub(crate) fn quota_left(headers: &HeaderMap) -> Option<QuotaLeft> {
+    let mut fewest: Option<QuotaLeft> = None;
+    let mut consider = |units: u64, reset: Option<ResetWithin>, window: Option<Duration>| {
+        if reset.is_some_and(|reset| reset.latest.is_zero()) {
             return;
         }
+        let later = |a: Option<ResetWithin>, b: Option<ResetWithin>| match (a, b) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a.latest >= b.latest,
+        };
         fewest = Some(match fewest {
-            Some((units, after)) if units < left || (units == left && after >= reset) => {
-                (units, after)
+            Some(known)
+                if known.units < units || (known.units == units && later(known.reset, reset)) =>
+            {
+                known
             }
-            _ => (left, reset),
+            _ => QuotaLeft {
+                units,
+                reset,
+                window,
+            },
         });
     };
     // Most responses of most APIs carry neither: nothing is parsed then.
@@ -111,26 +183,62 @@ pub(crate) fn quota_left(headers: &HeaderMap) -> Option<(u64, Duration)> {
         (None, _) => {}
         // One line with one plain member, the usual shape, read directly.
         (Some(line), None) if let Some((left, reset)) = plain_member(line.as_bytes()) => {
-            if let Some(reset) = reset {
-                consider(left, Duration::from_secs(reset));
-            }
+            consider(
+                left,
+                reset.map(|reset| ResetWithin::exactly(Duration::from_secs(reset))),
+                None,
+            );
         }
-        _ => {
-            if let Ok(statuses) = read::statuses(headers) {
+        _ => match read::statuses(headers) {
+            Ok(statuses) => {
                 for status in statuses.members() {
-                    if let Some(reset) = status.reset() {
-                        consider(status.remaining(), reset);
-                    }
+                    consider(
+                        status.remaining(),
+                        status.reset().map(ResetWithin::exactly),
+                        None,
+                    );
                 }
             }
-        }
+            // Not a List: revision 7's Dictionary, perhaps.
+            Err(_) => {
+                if let Ok(Some(status)) = read::draft_7_status(headers) {
+                    consider(
+                        status.remaining(),
+                        status.reset().map(ResetWithin::exactly),
+                        None,
+                    );
+                }
+            }
+        },
     }
     if headers.contains_key("x-ratelimit-remaining") || headers.contains_key("ratelimit-remaining")
     {
         let legacy = read::legacy(headers);
-        if let (Some(left), Some(reset)) = (legacy.remaining, legacy.reset) {
-            let now = read::server_date(headers).unwrap_or_else(SystemTime::now);
-            consider(left, reset.remaining_from(now));
+        if let Some(left) = legacy.remaining {
+            let reset = match (legacy.reset_after, legacy.reset) {
+                (Some(after), _) => Some(ResetWithin::exactly(after)),
+                (None, Some(reset @ Reset::At(_))) => Some(match read::server_date(headers) {
+                    Some(date) => {
+                        let latest = reset.remaining_from(date);
+                        ResetWithin {
+                            latest,
+                            earliest: if latest >= Duration::from_secs(2) {
+                                latest - Duration::from_secs(1)
+                            } else {
+                                latest
+                            },
+                        }
+                    }
+                    None => ResetWithin::exactly(reset.remaining_from(SystemTime::now())),
+                }),
+                (None, Some(Reset::After(after))) => Some(ResetWithin::exactly(after)),
+                (None, None) => None,
+            };
+            let window = match legacy.reset {
+                Some(Reset::At(at)) => at.duration_since(SystemTime::UNIX_EPOCH).ok(),
+                _ => None,
+            };
+            consider(left, reset, window);
         }
     }
     fewest

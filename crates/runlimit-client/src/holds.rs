@@ -3,12 +3,24 @@
 //!
 //! A partition nothing is known of yet sends one request (its probe) and
 //! holds the others until the probe's answer says what the quota is, at most
-//! [`MAX_PROBE_WAIT`]. A response that reports the units left and when they
-//! reset (`RateLimit`'s `r` and `t`, `X-RateLimit-Remaining` and `-Reset`)
-//! lets that many more requests go, counting those already sent after the
-//! answered one, and holds the rest until the reset; then the next request
-//! probes again. A response that says the quota is exhausted holds the
-//! partition until it says.
+//! [`MAX_PROBE_WAIT`]. A response that reports the units left (`RateLimit`'s
+//! `r`, revision 7's `remaining`, `X-RateLimit-Remaining`) lets that many
+//! more requests go, counting those already sent after the answered one, and
+//! holds the rest until the reset; then the next request probes again. When
+//! the window may have ended before the cautious reading of its reset (an
+//! epoch reset against a `Date` truncated to the second; a count with no
+//! reset at all), one request probes at the earliest moment it may have:
+//! if the window has not ended, that probe alone is refused.
+//!
+//! A response that says the quota is exhausted holds the partition until it
+//! says, and a 429 that names no wait holds it a second ([`REFUSAL_HOLD`]).
+//! A server that refuses without reporting any count teaches one: after its
+//! first refusal, the next two windows are sent one request at a time (so
+//! that only the one finding the window spent is refused), and from then on
+//! what the last two windows both admitted goes at once and the rest one at
+//! a time. Of two windows, at most one straddles two of the server's (a
+//! window that began just before an epoch second, say) and counts too many;
+//! the smaller is what one of the server's windows holds.
 
 use std::{
     collections::HashMap,
@@ -27,7 +39,7 @@ use tower::retry::budget::Budget;
 
 use crate::{
     MAX_HOLD, Partition,
-    exhausted::{exhausted_for, quota_left},
+    exhausted::{QuotaLeft, exhausted_for, quota_left},
     partition::PartitionHasher,
 };
 
@@ -44,6 +56,11 @@ struct States {
 
 /// How long a full map of active partitions is not swept again.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a refusal (429, or gRPC's `RESOURCE_EXHAUSTED`) that names no
+/// wait, or a wait of zero, holds its partition: whole-second fields are
+/// often truncated, so "0" may mean anything under a second.
+pub(crate) const REFUSAL_HOLD: Duration = Duration::from_secs(1);
 
 /// The longest a request waits for its partition's probe to be answered
 /// before it goes anyway: an API that answers slowly (a long poll, say) must
@@ -68,7 +85,8 @@ pub(crate) enum Turn {
     Go(Option<Ticket>),
     /// The partition is held until then.
     Until(Instant),
-    /// The partition's probe is out: wait for its answer.
+    /// The partition's probe is out, or a probe waits for every request
+    /// sent to be answered: wait for that answer.
     Probing(Pin<Box<OwnedNotified>>),
 }
 
@@ -96,10 +114,16 @@ struct State {
     uncounted: u64,
     /// What may still be sent until the reported quota resets.
     left: Option<Left>,
+    /// Answers of this window that were not refusals.
+    admitted: u64,
+    /// What the refusals of a server that reports no count taught.
+    learned: Option<Learned>,
     /// The first request number of the current window: answers to earlier
     /// requests describe a window that has reset.
     fresh_from: u64,
     probe: Probe,
+    /// Told when no request is left unanswered, for a probe waiting for it.
+    settled: Option<Arc<Notify>>,
 }
 
 #[derive(Debug, Default)]
@@ -124,10 +148,34 @@ struct Left {
     /// was last computed (any of them may be counted after it) and those
     /// uncounted, less those sent or lost since.
     remaining: u64,
-    /// The earliest reset any answer of the window put: resets are whole
-    /// seconds rounded up, so the earliest is the closest.
+    /// The earliest reset any answer of the window put (resets are whole
+    /// seconds rounded up, so the earliest is the closest): the count holds
+    /// until then. An hour away when no answer said.
     reset: Instant,
+    /// When the count is spent, one request probes from here (see
+    /// `ResetWithin::earliest`), read from the window's first answer: the
+    /// window's start is where a fixed window's length is measured from.
+    earliest: Instant,
+    /// The server's epoch reset, naming the window counted (`QuotaLeft::window`).
+    window: Option<Duration>,
 }
+
+/// What the refusals of a server that reports no count taught.
+#[derive(Debug, Clone, Copy)]
+struct Learned {
+    /// What a window lets go at once; beyond it, one at a time.
+    quota: u64,
+    /// What the last window admitted before its refusal (`None` after the
+    /// first refusal, which ended requests sent unchecked).
+    last: Option<u64>,
+    /// Until when it is kept: [`LEARNED_FOR`] holds after the last refusal,
+    /// so that a caller whose traffic fell below the quota soon goes
+    /// unchecked again.
+    until: Instant,
+}
+
+/// For how many times its hold a refusal's lesson is kept.
+const LEARNED_FOR: u32 = 10;
 
 impl State {
     /// Whether forgetting this partition would lose something that holds
@@ -136,7 +184,46 @@ impl State {
         self.hold.is_some_and(|hold| hold > now)
             || self.unanswered > 0
             || matches!(self.probe, Probe::Out(_))
-            || self.left.is_some_and(|left| left.reset > now)
+            || self
+                .left
+                .is_some_and(|left| left.reset > now && left.remaining == 0)
+            || self.learned.is_some_and(|learned| learned.until > now)
+    }
+
+    /// A wait for every request sent to be answered (see `settled`),
+    /// registered before the lock is released, so that an answer in between
+    /// is not missed.
+    fn until_settled(&mut self) -> Turn {
+        let settled = self.settled.get_or_insert_with(|| Arc::new(Notify::new()));
+        let mut wait = Box::pin(Arc::clone(settled).notified_owned());
+        wait.as_mut().enable();
+        Turn::Probing(wait)
+    }
+
+    /// One request fewer unanswered: when none is left, a probe waiting for
+    /// that may go.
+    fn one_answered(&mut self) {
+        self.unanswered = self.unanswered.saturating_sub(1);
+        if self.unanswered == 0
+            && let Some(settled) = self.settled.take()
+        {
+            settled.notify_waiters();
+        }
+    }
+
+    /// A new window begins (or may have): its quota is learned afresh, its
+    /// first request probing alone (paced or not: a paced partition's other
+    /// requests wait for the probe's answer no longer than for their slot
+    /// when it comes within one, and a quota of a longer window is counted
+    /// across the shorter one's reset only by asking).
+    fn new_window(&mut self) {
+        self.left = None;
+        self.uncounted = 0;
+        self.admitted = 0;
+        self.fresh_from = self.sent;
+        if matches!(self.probe, Probe::Answered) {
+            self.probe = Probe::Unknown;
+        }
     }
 }
 
@@ -144,8 +231,6 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct Holds {
     max: usize,
-    /// Whether a new window is probed (not when requests are paced).
-    reprobe: bool,
     states: Mutex<States>,
 }
 
@@ -153,17 +238,7 @@ impl Holds {
     pub(crate) fn new(max: usize) -> Self {
         Self {
             max,
-            reprobe: true,
             states: Mutex::new(States::default()),
-        }
-    }
-
-    /// Holds for paced requests: a new window is not probed, since the pace
-    /// already sends the requests its reset releases one at a time.
-    pub(crate) fn paced(max: usize) -> Self {
-        Self {
-            reprobe: false,
-            ..Self::new(max)
         }
     }
 
@@ -205,9 +280,9 @@ impl Holds {
         self.turn_waiting(partition, now, true)
     }
 
-    /// Whether a request that waited [`MAX_PROBE_WAIT`] for a probe may go:
-    /// as [`turn`](Self::turn), without waiting for the probe again (holds
-    /// and counts still apply).
+    /// Whether a request that waited [`MAX_PROBE_WAIT`] for an answer may
+    /// go: as [`turn`](Self::turn), without waiting for one again (holds and
+    /// counts still apply).
     pub(crate) fn turn_past_probe(&self, partition: Partition, now: Instant) -> Turn {
         self.turn_waiting(partition, now, false)
     }
@@ -220,17 +295,34 @@ impl Holds {
         if let Some(hold) = state.hold.filter(|&hold| hold > now) {
             return Turn::Until(hold);
         }
+        // A probe that tests whether a window has ended goes once every
+        // request sent is answered (for at most `MAX_PROBE_WAIT`): one still
+        // on its way may be counted after it, and refused in its place.
         if let Some(left) = state.left {
             if now >= left.reset {
-                // A new window: learn its quota afresh.
-                state.left = None;
-                state.uncounted = 0;
-                state.fresh_from = state.sent;
-                if self.reprobe && matches!(state.probe, Probe::Answered) {
+                // A new window: its first request alone learns its quota.
+                state.new_window();
+            } else if left.remaining == 0 {
+                if now < left.earliest {
+                    return Turn::Until(left.earliest);
+                }
+                // The window may have ended.
+                if for_probe && state.unanswered > 0 {
+                    return state.until_settled();
+                }
+                state.new_window();
+            }
+        } else if let Some(learned) = state.learned {
+            if now >= learned.until {
+                state.learned = None;
+            } else if state.sent - state.fresh_from >= learned.quota {
+                // Beyond what a window is known to hold: one at a time.
+                if for_probe && state.unanswered > 0 {
+                    return state.until_settled();
+                }
+                if matches!(state.probe, Probe::Answered) {
                     state.probe = Probe::Unknown;
                 }
-            } else if left.remaining == 0 {
-                return Turn::Until(left.reset);
             }
         }
         let probe = match &state.probe {
@@ -272,7 +364,7 @@ impl Holds {
         let Some(state) = states.map.get_mut(&ticket.partition) else {
             return;
         };
-        state.unanswered = state.unanswered.saturating_sub(1);
+        state.one_answered();
         // The server may have counted it all the same. (What may still go
         // counted it when it was sent, or as unanswered; from the next
         // answer on it counts as uncounted.)
@@ -303,12 +395,13 @@ impl Holds {
         let now = Instant::now();
         let mut recorded = false;
         if let Some(ticket) = ticket {
-            let left = quota_left(headers);
+            let quota = quota_left(headers);
+            let refused = refusal(status, headers);
             let mut states = self.lock();
             // A partition with requests unanswered is never forgotten; one
             // forgotten for an untracked request has nothing to update.
             if let Some(state) = states.map.get_mut(&ticket.partition) {
-                state.unanswered = state.unanswered.saturating_sub(1);
+                state.one_answered();
                 let fresh = ticket.number >= state.fresh_from;
                 if !fresh {
                     // Sent before the reset, perhaps counted after it.
@@ -316,29 +409,19 @@ impl Holds {
                 }
                 // An exhausted quota in an answer that is not a refusal is a
                 // count like any other (zero left), held until its reset
-                // below; refusals hold as long as they say.
-                if let Some(wait) = wait
-                    && (refusal(status, headers) || left.is_none())
-                {
-                    let until = now + wait.min(MAX_HOLD);
+                // below; refusals hold as long as they say, a 429 at least
+                // `REFUSAL_HOLD`.
+                let mut hold = wait.filter(|_| refused || quota.is_none());
+                if too_many(status, headers) && hold.is_none_or(|hold| hold.is_zero()) {
+                    hold = Some(REFUSAL_HOLD);
+                }
+                if let Some(hold) = hold {
+                    let until = now + hold.min(MAX_HOLD);
                     state.hold = Some(state.hold.map_or(until, |held| held.max(until)));
                     recorded = true;
                 }
-                if let Some((units, reset)) = left.filter(|_| fresh) {
-                    let reset = now + reset.min(MAX_HOLD);
-                    let (fewest, reset) = match state.left {
-                        Some(known) if now < known.reset => {
-                            (known.fewest.min(units), known.reset.min(reset))
-                        }
-                        _ => (units, reset),
-                    };
-                    state.left = Some(Left {
-                        fewest,
-                        remaining: fewest
-                            .saturating_sub(state.unanswered)
-                            .saturating_sub(state.uncounted),
-                        reset,
-                    });
+                if let Some(quota) = quota.filter(|_| fresh) {
+                    Self::count(state, quota, now);
                 }
                 // An answer from before the window reset says nothing of the
                 // new one: a probe that went before it leaves the next
@@ -354,6 +437,16 @@ impl Holds {
                     }
                     Probe::Unknown if fresh => state.probe = Probe::Answered,
                     _ => {}
+                }
+                if fresh && !refused {
+                    state.admitted += 1;
+                }
+                if fresh
+                    && quota.is_none()
+                    && too_many(status, headers)
+                    && let Some(hold) = hold
+                {
+                    Self::learn(state, hold.min(MAX_HOLD), now);
                 }
             }
         }
@@ -376,6 +469,70 @@ impl Holds {
         })
     }
 
+    /// Counts what a fresh answer reports is left: a new window's count
+    /// from its first answer, else the fewest of the window's answers. An
+    /// answer naming a later epoch reset than the count's is the first of a
+    /// later window (requests let go late may land after the server's window
+    /// turned); one naming an earlier reset describes a window that has
+    /// ended, and counts nothing.
+    fn count(state: &mut State, quota: QuotaLeft, now: Instant) {
+        // The server counts: requests go by its count.
+        state.learned = None;
+        let (latest, earliest) = match quota.reset {
+            Some(reset) => (
+                now + reset.latest.min(MAX_HOLD),
+                now + reset.earliest.min(MAX_HOLD),
+            ),
+            // Until a refusal says otherwise; the count spent, a probe
+            // finds out at once whether the window has turned.
+            None => (now + MAX_HOLD, now),
+        };
+        let known = state.left.filter(|known| now < known.reset);
+        let later = |a: Option<Duration>, b: Option<Duration>| matches!((a, b), (Some(a), Some(b)) if a > b);
+        let (fewest, reset, earliest) = match known {
+            Some(known) if later(known.window, quota.window) => return,
+            Some(known) if !later(quota.window, known.window) => (
+                known.fewest.min(quota.units),
+                known.reset.min(latest),
+                known.earliest,
+            ),
+            _ => (quota.units, latest, earliest),
+        };
+        state.left = Some(Left {
+            fewest,
+            remaining: fewest
+                .saturating_sub(state.unanswered)
+                .saturating_sub(state.uncounted),
+            reset,
+            earliest: earliest.min(reset),
+            window: quota.window.or(known.and_then(|known| known.window)),
+        });
+    }
+
+    /// A refusal of this window from a server that reports no count, the
+    /// partition held for `hold`: what the window admitted is a measure of
+    /// the server's quota, unless it was the first (whose requests went
+    /// unchecked); the next window begins after the hold, with a probe.
+    fn learn(state: &mut State, hold: Duration, now: Instant) {
+        if state.left.is_some() {
+            return;
+        }
+        let admitted = state.admitted;
+        let (quota, last) = match state.learned {
+            None => (0, None),
+            Some(learned) => (
+                learned.last.map_or(0, |last| last.min(admitted)),
+                Some(admitted),
+            ),
+        };
+        state.learned = Some(Learned {
+            quota,
+            last,
+            until: now + hold * LEARNED_FOR,
+        });
+        state.new_window();
+    }
+
     /// How many partitions are held at `now`: refused or exhausted, or with
     /// every unit a response reported already sent.
     pub(crate) fn held(&self, now: Instant) -> usize {
@@ -386,7 +543,7 @@ impl Holds {
                 state.hold.is_some_and(|hold| hold > now)
                     || state
                         .left
-                        .is_some_and(|left| left.reset > now && left.remaining == 0)
+                        .is_some_and(|left| left.earliest > now && left.remaining == 0)
             })
             .count()
     }
@@ -395,10 +552,14 @@ impl Holds {
 /// Whether an answer refused its request: 429 or 503, or gRPC's
 /// `RESOURCE_EXHAUSTED`.
 fn refusal(status: StatusCode, headers: &HeaderMap) -> bool {
-    matches!(
-        status,
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) || headers
-        .get("grpc-status")
-        .is_some_and(|code| code.as_bytes() == b"8")
+    status == StatusCode::SERVICE_UNAVAILABLE || too_many(status, headers)
+}
+
+/// Whether an answer refused its request for its rate: 429, or gRPC's
+/// `RESOURCE_EXHAUSTED`.
+fn too_many(status: StatusCode, headers: &HeaderMap) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || headers
+            .get("grpc-status")
+            .is_some_and(|code| code.as_bytes() == b"8")
 }
