@@ -304,6 +304,129 @@ mod tests {
 
     use super::*;
 
+    fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in fields {
+            headers.append(*name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    fn secs(seconds: u64) -> Duration {
+        Duration::from_secs(seconds)
+    }
+
+    /// Every shape of count is read, the fewest units left governing.
+    #[test]
+    fn counts_are_read_from_every_shape() {
+        let exactly = |after| Some(ResetWithin::exactly(after));
+        // Revision 7's Dictionary, and its exhausted form.
+        let draft_7 = headers(&[("ratelimit", "limit=20, remaining=19, reset=1")]);
+        assert_eq!(
+            quota_left(&draft_7),
+            Some(QuotaLeft {
+                units: 19,
+                reset: exactly(secs(1)),
+                window: None
+            })
+        );
+        let spent = headers(&[("ratelimit", "limit=20, remaining=0, reset=1")]);
+        assert_eq!(exhausted_for(StatusCode::OK, &spent), Some(secs(1)));
+        // The spaced members revision 8 sends, and revision 6's fields.
+        let draft_8 = headers(&[("ratelimit", r#""20-in-1sec"; r=19; t=1"#)]);
+        assert_eq!(quota_left(&draft_8).map(|quota| quota.units), Some(19));
+        let draft_6 = headers(&[("ratelimit-remaining", "7"), ("ratelimit-reset", "1")]);
+        assert_eq!(
+            quota_left(&draft_6),
+            Some(QuotaLeft {
+                units: 7,
+                reset: exactly(secs(1)),
+                window: None
+            })
+        );
+        // Two members: the fewest left governs, whatever its window.
+        let two = headers(&[("ratelimit", r#""second";r=19;t=1, "minute";r=9;t=58"#)]);
+        assert_eq!(
+            quota_left(&two),
+            Some(QuotaLeft {
+                units: 9,
+                reset: exactly(secs(58)),
+                window: None
+            })
+        );
+        // Laravel's count without a reset.
+        let laravel = headers(&[("x-ratelimit-limit", "20"), ("x-ratelimit-remaining", "5")]);
+        assert_eq!(
+            quota_left(&laravel),
+            Some(QuotaLeft {
+                units: 5,
+                reset: None,
+                window: None
+            })
+        );
+        // Discord's reset-after, to the millisecond, over its epoch reset.
+        let discord = headers(&[
+            ("date", "Mon, 01 Jul 2013 17:46:53 GMT"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1372700815.250"),
+            ("x-ratelimit-reset-after", "1.250"),
+        ]);
+        assert_eq!(
+            exhausted_for(StatusCode::OK, &discord),
+            Some(Duration::from_millis(1_250))
+        );
+        assert_eq!(
+            quota_left(&discord).and_then(|quota| quota.reset),
+            exactly(Duration::from_millis(1_250))
+        );
+        assert_eq!(quota_left(&headers(&[("retry-after", "1")])), None);
+    }
+
+    /// An epoch reset against a `Date` truncated to the second: the latest
+    /// reading is waited for, but two seconds or more away, one probe may
+    /// go a second earlier; the reset names the window.
+    #[test]
+    fn epoch_resets_read_their_earliest_moment_and_window() {
+        let quota = |reset: &'static str| {
+            quota_left(&headers(&[
+                ("date", "Mon, 01 Jul 2013 17:46:53 GMT"),
+                ("x-ratelimit-remaining", "3"),
+                ("x-ratelimit-reset", reset),
+            ]))
+            .expect("a count")
+        };
+        // 1372700813 is the `Date`.
+        let two_away = quota("1372700815");
+        assert_eq!(
+            two_away.reset,
+            Some(ResetWithin {
+                latest: secs(2),
+                earliest: secs(1)
+            })
+        );
+        assert_eq!(two_away.window, Some(secs(1_372_700_815)));
+        assert_eq!(
+            quota("1372700814").reset,
+            Some(ResetWithin::exactly(secs(1)))
+        );
+        assert_eq!(
+            quota("1372700873").reset,
+            Some(ResetWithin {
+                latest: secs(60),
+                earliest: secs(59)
+            })
+        );
+        // A reset already past counts nothing.
+        assert_eq!(
+            quota_left(&headers(&[
+                ("date", "Mon, 01 Jul 2013 17:46:53 GMT"),
+                ("x-ratelimit-remaining", "3"),
+                ("x-ratelimit-reset", "1372700813"),
+            ])),
+            None
+        );
+    }
+
     /// Where the direct reading answers, it answers what the parser reads.
     #[test]
     fn plain_members_read_as_the_parser_reads_them() {

@@ -563,3 +563,194 @@ fn too_many(status: StatusCode, headers: &HeaderMap) -> bool {
             .get("grpc-status")
             .is_some_and(|code| code.as_bytes() == b"8")
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn answer(holds: &Holds, ticket: Ticket, status: StatusCode, fields: &[(&str, String)]) {
+        let mut headers = HeaderMap::new();
+        for (name, value) in fields {
+            headers.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).expect("a name"),
+                HeaderValue::from_str(value).expect("a value"),
+            );
+        }
+        holds.answered(Some(ticket), status, &headers, false, None);
+    }
+
+    fn go(holds: &Holds, partition: Partition) -> Ticket {
+        match holds.turn(partition, Instant::now()) {
+            Turn::Go(Some(ticket)) => ticket,
+            _ => panic!("expected to go"),
+        }
+    }
+
+    /// An epoch-second `Date` and the epoch reset `ahead` of it, with
+    /// `remaining` units.
+    fn epoch_fields(date: u64, ahead: u64, remaining: u64) -> Vec<(&'static str, String)> {
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(date);
+        vec![
+            ("date", httpdate::fmt_http_date(at)),
+            ("x-ratelimit-remaining", remaining.to_string()),
+            ("x-ratelimit-reset", (date + ahead).to_string()),
+        ]
+    }
+
+    /// A count's probe moment comes from its window's first answer; an
+    /// answer naming a later epoch reset is the first of a later window
+    /// (its requests went after the server's window turned), and moves it.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_naming_a_later_epoch_reset_starts_a_new_count() {
+        let (holds, partition) = (Holds::new(4), Partition::of(b"api"));
+        let start = Instant::now();
+        let probe = go(&holds, partition);
+        answer(
+            &holds,
+            probe,
+            StatusCode::OK,
+            &epoch_fields(1_800_000_000, 2, 2),
+        );
+        let (first, second) = (go(&holds, partition), go(&holds, partition));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        answer(
+            &holds,
+            first,
+            StatusCode::OK,
+            &epoch_fields(1_800_000_001, 2, 1),
+        );
+        answer(
+            &holds,
+            second,
+            StatusCode::OK,
+            &epoch_fields(1_800_000_001, 2, 0),
+        );
+        match holds.turn(partition, Instant::now()) {
+            Turn::Until(until) => assert_eq!(until - start, Duration::from_millis(1_500)),
+            _ => panic!("the count is spent"),
+        }
+        // An answer naming the earlier reset, late, counts nothing.
+        let third = go_after(&holds, partition).await;
+        answer(
+            &holds,
+            third,
+            StatusCode::OK,
+            &epoch_fields(1_800_000_002, 2, 19),
+        );
+        let late = go(&holds, partition);
+        answer(
+            &holds,
+            late,
+            StatusCode::OK,
+            &epoch_fields(1_800_000_001, 2, 0),
+        );
+        assert!(matches!(holds.turn(partition, Instant::now()), Turn::Go(_)));
+    }
+
+    /// Waits for `partition`'s turn and goes.
+    async fn go_after(holds: &Holds, partition: Partition) -> Ticket {
+        loop {
+            match holds.turn(partition, Instant::now()) {
+                Turn::Go(Some(ticket)) => return ticket,
+                Turn::Until(until) => tokio::time::sleep_until(until).await,
+                _ => panic!("nothing is out"),
+            }
+        }
+    }
+
+    /// A count spent before its cautious reset probes at the earliest
+    /// moment the window can have ended, once every request sent is
+    /// answered: one still on its way may be counted after the probe.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_testing_a_window_waits_for_every_answer() {
+        let (holds, partition) = (Holds::new(4), Partition::of(b"api"));
+        // Laravel's count, without a reset: the window may turn any time.
+        let probe = go(&holds, partition);
+        answer(
+            &holds,
+            probe,
+            StatusCode::OK,
+            &[("x-ratelimit-remaining", "1".to_owned())],
+        );
+        let last = go(&holds, partition);
+        let Turn::Probing(settled) = holds.turn(partition, Instant::now()) else {
+            panic!("the probe waits for the answer still out");
+        };
+        answer(
+            &holds,
+            last,
+            StatusCode::OK,
+            &[("x-ratelimit-remaining", "0".to_owned())],
+        );
+        settled.await;
+        let test = go(&holds, partition);
+        assert!(test.probe, "it goes alone");
+        assert!(matches!(
+            holds.turn(partition, Instant::now()),
+            Turn::Probing(_)
+        ));
+        // Refused, with Laravel's `Retry-After: 0`: held a second.
+        answer(
+            &holds,
+            test,
+            StatusCode::TOO_MANY_REQUESTS,
+            &[
+                ("retry-after", "0".to_owned()),
+                ("x-ratelimit-remaining", "0".to_owned()),
+            ],
+        );
+        let Turn::Until(until) = holds.turn(partition, Instant::now()) else {
+            panic!("held");
+        };
+        assert_eq!(until - Instant::now(), REFUSAL_HOLD);
+    }
+
+    /// A server that refuses without a count: after its first refusal, two
+    /// windows go one request at a time, then what both admitted at once.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_without_a_count_teach_a_quota() {
+        let (holds, partition) = (Holds::new(4), Partition::of(b"api"));
+        let refuse = |ticket| {
+            answer(
+                &holds,
+                ticket,
+                StatusCode::TOO_MANY_REQUESTS,
+                &[("retry-after", "1".to_owned())],
+            );
+        };
+        // The first window: nothing is known, so after the probe the rest
+        // go at once, and are refused.
+        let probe = go(&holds, partition);
+        answer(&holds, probe, StatusCode::OK, &[]);
+        let burst: Vec<Ticket> = (0..3).map(|_| go(&holds, partition)).collect();
+        for ticket in burst {
+            refuse(ticket);
+        }
+        // Two windows of three, one at a time; then, after each window's
+        // probe, the two more at once.
+        for window in 0..3 {
+            let probe = go_after(&holds, partition).await;
+            assert!(probe.probe, "window {window} begins with a probe");
+            answer(&holds, probe, StatusCode::OK, &[]);
+            let mut out = Vec::new();
+            for _ in 0..2 {
+                out.push(go_after(&holds, partition).await);
+                if window < 2 {
+                    assert!(
+                        matches!(holds.turn(partition, Instant::now()), Turn::Probing(_)),
+                        "window {window}: one at a time"
+                    );
+                    answer(&holds, out.pop().expect("sent"), StatusCode::OK, &[]);
+                }
+            }
+            for ticket in out {
+                answer(&holds, ticket, StatusCode::OK, &[]);
+            }
+            let fourth = go_after(&holds, partition).await;
+            assert!(fourth.probe, "window {window}: the fourth goes alone");
+            refuse(fourth);
+        }
+    }
+}

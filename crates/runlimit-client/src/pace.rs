@@ -123,3 +123,52 @@ impl Pacer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn policy(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("ratelimit-policy", HeaderValue::from_static(value));
+        headers
+    }
+
+    /// The policy with the shortest window sets the pace (named, or the
+    /// unnamed one of the draft's revisions 6 and 7), a five-hundredth
+    /// slow; each request takes the next slot, the first a slot after the
+    /// pace was learned (the probe's).
+    #[tokio::test(start_paused = true)]
+    async fn requests_reserve_slots_at_the_shortest_windows_pace() {
+        for field in [r#""minute";q=50;w=60, "second";q=20;w=1"#, "20;w=1"] {
+            let pacer = Pacer::new(4).expect("valid");
+            let partition = Partition::of(b"api");
+            let start = Instant::now();
+            pacer.learn(partition, &policy(field));
+            let turns: Vec<_> = (0..3)
+                .map(|_| {
+                    let turn = Box::pin(pacer.turn(partition));
+                    async move {
+                        turn.await;
+                        Instant::now() - start
+                    }
+                })
+                .collect();
+            let mut went = Vec::new();
+            for turn in turns {
+                went.push(turn.await);
+            }
+            // Tokio's timer wakes on the millisecond after the slot.
+            let interval = Duration::from_micros(50_100);
+            for (slot, went) in (1..).zip(went) {
+                let due = interval * slot;
+                assert!(
+                    went >= due && went <= due + Duration::from_millis(1),
+                    "{field}: slot {slot} went at {went:?}"
+                );
+            }
+        }
+    }
+}
