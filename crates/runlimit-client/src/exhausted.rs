@@ -83,14 +83,17 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
     {
         consider(reset);
     }
-    let legacy = read::legacy(headers);
-    if legacy.remaining == Some(0) {
-        // Discord's `X-RateLimit-Reset-After` says to the millisecond what
-        // its epoch reset says to the second.
-        if let Some(after) = legacy.reset_after {
-            consider(after);
-        } else if let Some(reset) = legacy.reset {
-            consider(reset.remaining_from(now()));
+    // The older fields are read only when they say what is left.
+    if has_legacy_remaining(headers) {
+        let legacy = read::legacy(headers);
+        if legacy.remaining == Some(0) {
+            // Discord's `X-RateLimit-Reset-After` says to the millisecond
+            // what its epoch reset says to the second.
+            if let Some(after) = legacy.reset_after {
+                consider(after);
+            } else if let Some(reset) = legacy.reset {
+                consider(reset.remaining_from(now()));
+            }
         }
     }
     if headers
@@ -101,6 +104,12 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
         consider(wait);
     }
     longest.filter(|wait| !wait.is_zero())
+}
+
+/// Whether the response has `X-RateLimit-Remaining` or GitLab's (and
+/// revision 6's) `RateLimit-Remaining`.
+fn has_legacy_remaining(headers: &HeaderMap) -> bool {
+    headers.contains_key("x-ratelimit-remaining") || headers.contains_key("ratelimit-remaining")
 }
 
 /// Whether `needle` occurs in `haystack`.
@@ -211,8 +220,7 @@ pub(crate) fn quota_left(headers: &HeaderMap) -> Option<QuotaLeft> {
             }
         },
     }
-    if headers.contains_key("x-ratelimit-remaining") || headers.contains_key("ratelimit-remaining")
-    {
+    if has_legacy_remaining(headers) {
         let legacy = read::legacy(headers);
         if let Some(left) = legacy.remaining {
             let reset = match (legacy.reset_after, legacy.reset) {
