@@ -87,8 +87,8 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
     if has_legacy_remaining(headers) {
         let legacy = read::legacy(headers);
         if legacy.remaining == Some(0) {
-            // Discord's `X-RateLimit-Reset-After` says to the millisecond
-            // what its epoch reset says to the second.
+            // `X-RateLimit-Reset-After` says to the millisecond what an
+            // epoch reset says to the second.
             if let Some(after) = legacy.reset_after {
                 consider(after);
             } else if let Some(reset) = legacy.reset {
@@ -125,7 +125,7 @@ pub(crate) struct QuotaLeft {
     /// The units left.
     pub(crate) units: u64,
     /// When they reset, measured from the answer; `None` when the answer
-    /// does not say (Laravel's `X-RateLimit-Remaining` alone).
+    /// does not say (`X-RateLimit-Remaining` alone).
     pub(crate) reset: Option<ResetWithin>,
     /// The epoch reset the server named (since the epoch), which tells its
     /// windows apart: a later one is a later window.

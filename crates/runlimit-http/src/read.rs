@@ -186,8 +186,7 @@ impl AdvertisedStatus {
 
 /// Reads `RateLimit-Policy` (every field line, as one List): named members
 /// (`"api";q=100;w=60`) and the unnamed ones of revisions 6 and 7 of the
-/// draft, whose Integer is the quota (`20;w=1`, as express-rate-limit
-/// sends).
+/// draft, whose Integer is the quota (`20;w=1`).
 ///
 /// # Errors
 ///
@@ -292,9 +291,8 @@ fn joined_lines(
 }
 
 /// The `RateLimit` field as revision 7 of the IETF draft wrote it: one
-/// Dictionary, `limit=20, remaining=19, reset=1` (what express-rate-limit
-/// sends in its `draft-7` mode), where later revisions send a List of named
-/// members ([`statuses`]).
+/// Dictionary, `limit=20, remaining=19, reset=1`, where later revisions
+/// send a List of named members ([`statuses`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Draft7Status {
     limit: Option<u64>,
@@ -469,9 +467,9 @@ pub struct LegacyQuota {
     /// by size ([`Reset::EPOCH_FROM`]); fractions of a second round up.
     pub reset: Option<Reset>,
     /// `X-RateLimit-Reset-After`: the time until the quota resets, in
-    /// seconds with a decimal fraction (Discord's), read to the millisecond,
-    /// rounded up. More precise than an epoch [`reset`](Self::reset) read
-    /// against a `Date` truncated to the second.
+    /// seconds with a decimal fraction (as Discord sends it), read to the
+    /// millisecond, rounded up. More precise than an epoch
+    /// [`reset`](Self::reset) read against a `Date` truncated to the second.
     pub reset_after: Option<Duration>,
     /// The units used.
     pub used: Option<u64>,
