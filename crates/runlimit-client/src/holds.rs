@@ -10,7 +10,8 @@
 //! the window may have ended before the cautious reading of its reset (an
 //! epoch reset against a `Date` truncated to the second; a count with no
 //! reset at all), one request probes at the earliest moment it may have:
-//! if the window has not ended, that probe alone is refused.
+//! if the window has not ended, that probe alone is refused, and a server
+//! whose epoch resets so prove exact is not probed early again.
 //!
 //! A response that says the quota is exhausted holds the partition until it
 //! says, and a 429 that names no wait holds it a second ([`REFUSAL_HOLD`]).
@@ -124,6 +125,12 @@ struct State {
     probe: Probe,
     /// Told when no request is left unanswered, for a probe waiting for it.
     settled: Option<Arc<Notify>>,
+    /// The request number of a probe sent a second before an epoch reset's
+    /// cautious reading (see `Left::epoch_early`), until answered.
+    early_probe: Option<u64>,
+    /// Such a probe found its window not ended: this server's epoch resets
+    /// are exact, and its windows are no longer probed early.
+    exact_resets: bool,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +165,9 @@ struct Left {
     earliest: Instant,
     /// The server's epoch reset, naming the window counted (`QuotaLeft::window`).
     window: Option<Duration>,
+    /// `earliest` is a second before an epoch reset's cautious reading (not
+    /// a count without a reset, which is probed at once when spent).
+    epoch_early: bool,
 }
 
 /// What the refusals of a server that reports no count taught.
@@ -303,12 +313,18 @@ impl Holds {
                 // A new window: its first request alone learns its quota.
                 state.new_window();
             } else if left.remaining == 0 {
+                if left.epoch_early && state.exact_resets {
+                    return Turn::Until(left.reset);
+                }
                 if now < left.earliest {
                     return Turn::Until(left.earliest);
                 }
                 // The window may have ended.
                 if for_probe && state.unanswered > 0 {
                     return state.until_settled();
+                }
+                if left.epoch_early {
+                    state.early_probe = Some(state.sent);
                 }
                 state.new_window();
             }
@@ -407,6 +423,10 @@ impl Holds {
                     // Sent before the reset, perhaps counted after it.
                     state.uncounted += 1;
                 }
+                if state.early_probe == Some(ticket.number) {
+                    state.early_probe = None;
+                    state.exact_resets |= refused || quota.is_some_and(|quota| quota.units == 0);
+                }
                 // An exhausted quota in an answer that is not a refusal is a
                 // count like any other (zero left), held until its reset
                 // below; refusals hold as long as they say, a 429 at least
@@ -489,14 +509,22 @@ impl Holds {
         };
         let known = state.left.filter(|known| now < known.reset);
         let later = |a: Option<Duration>, b: Option<Duration>| matches!((a, b), (Some(a), Some(b)) if a > b);
-        let (fewest, reset, earliest) = match known {
+        let (fewest, reset, earliest, epoch_early) = match known {
             Some(known) if later(known.window, quota.window) => return,
             Some(known) if !later(quota.window, known.window) => (
                 known.fewest.min(quota.units),
                 known.reset.min(latest),
                 known.earliest,
+                known.epoch_early,
             ),
-            _ => (quota.units, latest, earliest),
+            _ => (
+                quota.units,
+                latest,
+                earliest,
+                quota
+                    .reset
+                    .is_some_and(|reset| reset.earliest < reset.latest),
+            ),
         };
         state.left = Some(Left {
             fewest,
@@ -506,6 +534,7 @@ impl Holds {
             reset,
             earliest: earliest.min(reset),
             window: quota.window.or(known.and_then(|known| known.window)),
+            epoch_early,
         });
     }
 
@@ -541,9 +570,14 @@ impl Holds {
             .values()
             .filter(|state| {
                 state.hold.is_some_and(|hold| hold > now)
-                    || state
-                        .left
-                        .is_some_and(|left| left.earliest > now && left.remaining == 0)
+                    || state.left.is_some_and(|left| {
+                        let until = if left.epoch_early && state.exact_resets {
+                            left.reset
+                        } else {
+                            left.earliest
+                        };
+                        until > now && left.remaining == 0
+                    })
             })
             .count()
     }
@@ -647,6 +681,40 @@ mod tests {
             &epoch_fields(1_800_000_001, 2, 0),
         );
         assert!(matches!(holds.turn(partition, Instant::now()), Turn::Go(_)));
+    }
+
+    /// A window probed a second before its epoch reset's cautious reading
+    /// that turns out not to have ended (the server's resets are exact, not
+    /// rounded up): that probe is refused, and the partition's windows are
+    /// not probed early again.
+    #[tokio::test(start_paused = true)]
+    async fn an_early_probe_refused_is_not_sent_again() {
+        let (holds, partition) = (Holds::new(4), Partition::of(b"api"));
+        let date = 1_800_000_000;
+        let probe = go(&holds, partition);
+        answer(&holds, probe, StatusCode::OK, &epoch_fields(date, 2, 0));
+        let start = Instant::now();
+        let Turn::Until(early) = holds.turn(partition, start) else {
+            panic!("the count is spent");
+        };
+        assert_eq!(early - start, Duration::from_secs(1));
+        tokio::time::sleep_until(early).await;
+        let early = go(&holds, partition);
+        assert!(early.probe);
+        answer(
+            &holds,
+            early,
+            StatusCode::FORBIDDEN,
+            &epoch_fields(date + 1, 1, 0),
+        );
+        // The next window: spent at once, waited for to its cautious reset.
+        let next = go_after(&holds, partition).await;
+        answer(&holds, next, StatusCode::OK, &epoch_fields(date + 2, 2, 0));
+        let now = Instant::now();
+        let Turn::Until(until) = holds.turn(partition, now) else {
+            panic!("the count is spent");
+        };
+        assert_eq!(until - now, Duration::from_secs(2));
     }
 
     /// Waits for `partition`'s turn and goes.
