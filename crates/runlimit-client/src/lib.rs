@@ -38,10 +38,12 @@
 //! probes at the earliest moment it can have, once every request sent is
 //! answered, and only that one is refused if it has not: an epoch reset read
 //! against a `Date` truncated to the second (two seconds or more away, a
-//! second early), or a count with no reset at all (at once). A
-//! server that refuses without reporting any count teaches one: after its
-//! first refusal, two windows go one request at a time, then what both
-//! admitted goes at once and the rest one at a time.
+//! second early, until one such probe finds its window not ended: that
+//! server's resets are exact, not rounded up, and are waited for from then
+//! on), or a count with no reset at all (at once). A server that refuses
+//! without reporting any count teaches one: after its first refusal, two
+//! windows go one request at a time, then what both admitted goes at once
+//! and the rest one at a time.
 //!
 //! A partition is, by default, the request's origin ([`ByOrigin`]); any
 //! function of the request can name it instead (a per-token or per-tenant
