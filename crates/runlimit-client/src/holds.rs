@@ -221,11 +221,19 @@ impl State {
         }
     }
 
+    /// When a spent count may be probed: its earliest moment, unless that
+    /// is an epoch reset's and this server's proved exact.
+    fn probe_from(&self, left: Left) -> Instant {
+        if left.epoch_early && self.exact_resets {
+            left.reset
+        } else {
+            left.earliest
+        }
+    }
+
     /// A new window begins (or may have): its quota is learned afresh, its
-    /// first request probing alone (paced or not: a paced partition's other
-    /// requests wait for the probe's answer no longer than for their slot
-    /// when it comes within one, and a quota of a longer window is counted
-    /// across the shorter one's reset only by asking).
+    /// first request probing alone (paced partitions too: a longer window's
+    /// quota, a minute's beside a second's, is only known again by asking).
     fn new_window(&mut self) {
         self.left = None;
         self.uncounted = 0;
@@ -313,11 +321,9 @@ impl Holds {
                 // A new window: its first request alone learns its quota.
                 state.new_window();
             } else if left.remaining == 0 {
-                if left.epoch_early && state.exact_resets {
-                    return Turn::Until(left.reset);
-                }
-                if now < left.earliest {
-                    return Turn::Until(left.earliest);
+                let from = state.probe_from(left);
+                if now < from {
+                    return Turn::Until(from);
                 }
                 // The window may have ended.
                 if for_probe && state.unanswered > 0 {
@@ -570,14 +576,9 @@ impl Holds {
             .values()
             .filter(|state| {
                 state.hold.is_some_and(|hold| hold > now)
-                    || state.left.is_some_and(|left| {
-                        let until = if left.epoch_early && state.exact_resets {
-                            left.reset
-                        } else {
-                            left.earliest
-                        };
-                        until > now && left.remaining == 0
-                    })
+                    || state
+                        .left
+                        .is_some_and(|left| left.remaining == 0 && state.probe_from(left) > now)
             })
             .count()
     }
