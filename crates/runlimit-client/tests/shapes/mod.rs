@@ -934,8 +934,8 @@ fn outcome(
             .sum::<u64>();
         if let Some(&(second_end, ..)) = windows.get(first + 1) {
             let from_second = end_epoch.saturating_sub(second_end - WINDOW);
-            allowed_after_first +=
-                (from_second.as_secs_f64() / WINDOW.as_secs_f64() * LIMIT as f64) as u64;
+            let allowed = u128::from(LIMIT) * from_second.as_millis() / WINDOW.as_millis();
+            allowed_after_first += u64::try_from(allowed).expect("a few seconds' worth");
         }
         for (index, &(_, admitted, refused, _)) in windows.iter().enumerate() {
             let window = format!("{admitted}/{refused}");
