@@ -178,9 +178,9 @@ struct Learned {
     /// What the last window admitted before its refusal (`None` after the
     /// first refusal, which ended requests sent unchecked).
     last: Option<u64>,
-    /// Until when it is kept: [`LEARNED_FOR`] holds after the last refusal,
-    /// so that a caller whose traffic fell below the quota soon goes
-    /// unchecked again.
+    /// Until when it is kept: [`LEARNED_FOR`] holds (of a second at least)
+    /// after the last refusal, so that a caller whose traffic fell below
+    /// the quota soon goes unchecked again.
     until: Instant,
 }
 
@@ -563,7 +563,9 @@ impl Holds {
         state.learned = Some(Learned {
             quota,
             last,
-            until: now + hold * LEARNED_FOR,
+            // A refusal late in its window names a short hold: the lesson
+            // lasts as long at least as after a second's.
+            until: now + hold.max(REFUSAL_HOLD) * LEARNED_FOR,
         });
         state.new_window();
     }
