@@ -720,6 +720,26 @@ mod tests {
         assert_eq!(until - now, Duration::from_secs(2));
     }
 
+    /// A refusal naming a short wait (late in its window, to the
+    /// millisecond) teaches as long a lesson as one naming a second.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_holds_lesson_lasts() {
+        let (holds, partition) = (Holds::new(4), Partition::of(b"api"));
+        let pushback = [
+            ("grpc-status", "8".to_owned()),
+            ("grpc-retry-pushback-ms", "50".to_owned()),
+        ];
+        let probe = go(&holds, partition);
+        answer(&holds, probe, StatusCode::OK, &pushback);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let first = go(&holds, partition);
+        assert!(
+            matches!(holds.turn(partition, Instant::now()), Turn::Probing(_)),
+            "five seconds on, still one at a time"
+        );
+        answer(&holds, first, StatusCode::OK, &[]);
+    }
+
     /// Waits for `partition`'s turn and goes.
     async fn go_after(holds: &Holds, partition: Partition) -> Ticket {
         loop {
