@@ -732,11 +732,14 @@ mod tests {
         let probe = go(&holds, partition);
         answer(&holds, probe, StatusCode::OK, &pushback);
         tokio::time::sleep(Duration::from_secs(5)).await;
+        // Five seconds on, the window's probe, then still one at a time.
+        let window_probe = go(&holds, partition);
+        answer(&holds, window_probe, StatusCode::OK, &[]);
         let first = go(&holds, partition);
-        assert!(
-            matches!(holds.turn(partition, Instant::now()), Turn::Probing(_)),
-            "five seconds on, still one at a time"
-        );
+        assert!(matches!(
+            holds.turn(partition, Instant::now()),
+            Turn::Probing(_)
+        ));
         answer(&holds, first, StatusCode::OK, &[]);
     }
 
