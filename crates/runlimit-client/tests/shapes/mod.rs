@@ -39,7 +39,7 @@ use hyper_util::{client::legacy::Client as HyperClient, rt::TokioExecutor};
 use runlimit_axum::{
     DefaultRejection, MissingMetadata, RateLimitContext, RateLimitLayer, Rejection, RejectionMapper,
 };
-use runlimit_client::{HoldLayer, Partition};
+use runlimit_client::{ByOrigin, HoldLayer, Partition, PartitionKey};
 use runlimit_core::{FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
 use runlimit_memory::{MemoryStore, MemoryStoreConfig};
 use tokio::time::Instant;
@@ -682,6 +682,55 @@ fn token_value(token: u8) -> &'static str {
     if token == 1 { "token-2" } else { "token-1" }
 }
 
+/// `HoldLayer` in `mode`, partitioned by origin, or by token for
+/// [`Shape::PerToken`].
+fn hold_layer<B>(mode: Mode, shape: Shape) -> HoldLayer<impl PartitionKey<B>> {
+    let layer = HoldLayer::new(16).expect("valid");
+    let layer = match mode {
+        Mode::Fields => layer,
+        Mode::Paced => layer.pace().expect("valid"),
+    };
+    let per_token = shape == Shape::PerToken;
+    layer.partition_by(move |request: &http::Request<B>| {
+        if per_token {
+            partition_of_token(request.headers())
+        } else {
+            ByOrigin.partition(request)
+        }
+    })
+}
+
+/// Sends through `service` (a client behind `HoldLayer`) to `url`, each
+/// request's body from `body`.
+fn through_layer<S, B, ResBody>(service: S, url: String, body: fn() -> B) -> Sender
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    S::Error: std::fmt::Debug,
+    B: Send + 'static,
+    ResBody: axum::body::HttpBody + Send,
+    ResBody::Data: Send,
+    ResBody::Error: std::fmt::Debug,
+{
+    Arc::new(move |token| {
+        let request = http::Request::get(url.as_str())
+            .header("authorization", token_value(token))
+            .body(body())
+            .expect("request");
+        let service = service.clone();
+        Box::pin(async move {
+            let response = service.oneshot(request).await.expect("sent");
+            let refused = refused(response.status(), response.headers());
+            response.into_body().collect().await.expect("body");
+            refused
+        })
+    })
+}
+
 /// `client` in `mode`, sending to `address` (partitioned by token for
 /// [`Shape::PerToken`]).
 fn sender(client: Client, mode: Mode, shape: Shape, address: SocketAddr) -> Sender {
@@ -689,35 +738,12 @@ fn sender(client: Client, mode: Mode, shape: Shape, address: SocketAddr) -> Send
     let per_token = shape == Shape::PerToken;
     match client {
         Client::InProcess => unreachable!("an in-process run calls the router"),
-        Client::Hyper => {
-            let layer = HoldLayer::new(16).expect("valid");
-            let layer = match mode {
-                Mode::Fields => layer,
-                Mode::Paced => layer.pace().expect("valid"),
-            };
-            let layer = layer.partition_by(move |request: &http::Request<Empty<Bytes>>| {
-                if per_token {
-                    partition_of_token(request.headers())
-                } else {
-                    runlimit_client::PartitionKey::partition(&runlimit_client::ByOrigin, request)
-                }
-            });
-            let service = layer
-                .layer(HyperClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
-            Arc::new(move |token| {
-                let request = http::Request::get(url.as_str())
-                    .header("authorization", token_value(token))
-                    .body(Empty::new())
-                    .expect("request");
-                let service = service.clone();
-                Box::pin(async move {
-                    let response = service.oneshot(request).await.expect("sent");
-                    let refused = refused(response.status(), response.headers());
-                    response.into_body().collect().await.expect("body");
-                    refused
-                })
-            })
-        }
+        Client::Hyper => through_layer(
+            hold_layer(mode, shape)
+                .layer(HyperClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>()),
+            url,
+            Empty::new,
+        ),
         #[cfg(feature = "reqwest")]
         Client::Reqwest => {
             let middleware = runlimit_client::HoldMiddleware::new(16).expect("valid");
@@ -811,8 +837,29 @@ impl Outcome {
 pub async fn run(shape: Shape, client: Client, mode: Mode, callers: u8, seconds: u64) -> Outcome {
     let (address, log) = serve(shape).await;
     let send = sender(client, mode, shape, address);
-    let end = Instant::now() + Duration::from_secs(seconds);
     let end_epoch = since_epoch(SystemTime::now()) + Duration::from_secs(seconds);
+    let (end, first_refusal) = drive(send, shape, callers, seconds).await;
+    let log = log.lock().expect("lock").clone();
+    outcome(
+        shape,
+        client,
+        mode,
+        seconds,
+        &log,
+        (end, end_epoch),
+        first_refusal,
+    )
+}
+
+/// `callers` callers sending through `send` for `seconds`, each with its
+/// token: when they stopped, and when one first received a refusal.
+async fn drive(
+    send: Sender,
+    shape: Shape,
+    callers: u8,
+    seconds: u64,
+) -> (Instant, Option<Instant>) {
+    let end = Instant::now() + Duration::from_secs(seconds);
     let first_refusal = FirstRefusal::default();
     let tasks: Vec<_> = (0..callers)
         .map(|caller| {
@@ -832,16 +879,7 @@ pub async fn run(shape: Shape, client: Client, mode: Mode, callers: u8, seconds:
     for task in tasks {
         task.await.expect("caller");
     }
-    let log = log.lock().expect("lock").clone();
-    outcome(
-        shape,
-        client,
-        mode,
-        seconds,
-        &log,
-        (end, end_epoch),
-        first_refusal.at(),
-    )
+    (end, first_refusal.at())
 }
 
 /// When a caller first received a refusal.
@@ -985,51 +1023,12 @@ pub async fn run_in_process(
             next.run(request).await
         },
     ));
-    let layer = HoldLayer::new(16).expect("valid");
-    let layer = match mode {
-        Mode::Fields => layer,
-        Mode::Paced => layer.pace().expect("valid"),
-    };
-    let per_token = shape == Shape::PerToken;
-    let client = layer
-        .partition_by(move |request: &http::Request<Body>| {
-            if per_token {
-                partition_of_token(request.headers())
-            } else {
-                runlimit_client::PartitionKey::partition(&runlimit_client::ByOrigin, request)
-            }
-        })
-        .layer(router);
-    let end = Instant::now() + Duration::from_secs(seconds);
-    let first_refusal = FirstRefusal::default();
-    let tasks: Vec<_> = (0..callers)
-        .map(|caller| {
-            let (client, first_refusal) = (client.clone(), first_refusal.clone());
-            let token = token_value(caller % shape.tokens());
-            tokio::spawn(async move {
-                loop {
-                    let request = http::Request::get("http://api.example/items")
-                        .header("authorization", token)
-                        .body(Body::empty())
-                        .expect("request");
-                    let Ok(response) =
-                        tokio::time::timeout_at(end, client.clone().oneshot(request)).await
-                    else {
-                        return;
-                    };
-                    let response = response.expect("answered");
-                    first_refusal.note(refused(response.status(), response.headers()));
-                    response.into_body().collect().await.expect("body");
-                    if Instant::now() >= end {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("caller");
-    }
+    let send = through_layer(
+        hold_layer(mode, shape).layer(router),
+        "http://api.example/items".to_owned(),
+        Body::empty,
+    );
+    let (end, first_refusal) = drive(send, shape, callers, seconds).await;
     let log = log.lock().expect("lock").clone();
     outcome(
         shape,
@@ -1038,7 +1037,7 @@ pub async fn run_in_process(
         seconds,
         &log,
         (end, end_epoch),
-        first_refusal.at(),
+        first_refusal,
     )
 }
 
