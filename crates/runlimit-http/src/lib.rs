@@ -9,8 +9,9 @@
 //! * [`legacy`]: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
 //!   and `Retry-After`, for clients that expect the older de-facto shape.
 //! * [`problem`]: an RFC 9457 problem-details body for quota denials.
-//! * [`read`]: the client's side, reading those fields (and gRPC's pushback)
-//!   from a response, for services that call rate-limited APIs.
+//! * [`read`]: the client's side, reading those fields (the draft's earlier
+//!   revisions' forms too) and gRPC's pushback from a response, for services
+//!   that call rate-limited APIs.
 //!
 //! Nothing here chooses a status code or a body, or decides which policies an
 //! application discloses; every value is validated when it is built, so encoding
