@@ -418,7 +418,12 @@ impl Holds {
         let mut recorded = false;
         if let Some(ticket) = ticket {
             let quota = quota_left(headers);
-            let refused = refusal(status, headers);
+            // A refusal for the rate: 429, or gRPC's `RESOURCE_EXHAUSTED`.
+            let too_many = status == StatusCode::TOO_MANY_REQUESTS
+                || headers
+                    .get("grpc-status")
+                    .is_some_and(|code| code.as_bytes() == b"8");
+            let refused = too_many || status == StatusCode::SERVICE_UNAVAILABLE;
             let mut states = self.lock();
             // A partition with requests unanswered is never forgotten; one
             // forgotten for an untracked request has nothing to update.
@@ -438,7 +443,7 @@ impl Holds {
                 // below; refusals hold as long as they say, a 429 at least
                 // `REFUSAL_HOLD`.
                 let mut hold = wait.filter(|_| refused || quota.is_none());
-                if too_many(status, headers) && hold.is_none_or(|hold| hold.is_zero()) {
+                if too_many && hold.is_none_or(|hold| hold.is_zero()) {
                     hold = Some(REFUSAL_HOLD);
                 }
                 if let Some(hold) = hold {
@@ -469,7 +474,7 @@ impl Holds {
                 }
                 if fresh
                     && quota.is_none()
-                    && too_many(status, headers)
+                    && too_many
                     && let Some(hold) = hold
                 {
                     Self::learn(state, hold.min(MAX_HOLD), now);
@@ -584,21 +589,6 @@ impl Holds {
             })
             .count()
     }
-}
-
-/// Whether an answer refused its request: 429 or 503, or gRPC's
-/// `RESOURCE_EXHAUSTED`.
-fn refusal(status: StatusCode, headers: &HeaderMap) -> bool {
-    status == StatusCode::SERVICE_UNAVAILABLE || too_many(status, headers)
-}
-
-/// Whether an answer refused its request for its rate: 429, or gRPC's
-/// `RESOURCE_EXHAUSTED`.
-fn too_many(status: StatusCode, headers: &HeaderMap) -> bool {
-    status == StatusCode::TOO_MANY_REQUESTS
-        || headers
-            .get("grpc-status")
-            .is_some_and(|code| code.as_bytes() == b"8")
 }
 
 #[cfg(test)]
