@@ -2,11 +2,19 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 use runlimit_http::{
     draft_11::RATELIMIT,
+    legacy::X_RATELIMIT_REMAINING,
     read::{self, Pushback, Reset},
 };
+
+/// `RateLimit-Remaining`: GitLab's, and the draft's revision 6.
+const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+
+/// gRPC's status, in the headers of a Trailers-Only response. (Names the
+/// layer looks up on every answer are built once, not parsed per lookup.)
+pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// How long the server said requests like the one answered with `status`
 /// and `headers` will be refused: the longest of what `Retry-After` (on 429
@@ -97,7 +105,7 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
         }
     }
     if headers
-        .get("grpc-status")
+        .get(GRPC_STATUS)
         .is_some_and(|code| code.as_bytes() == b"8")
         && let Some(Pushback::After(wait)) = read::grpc_pushback(headers)
     {
@@ -109,7 +117,7 @@ pub fn exhausted_for(status: StatusCode, headers: &HeaderMap) -> Option<Duration
 /// Whether the response has `X-RateLimit-Remaining` or GitLab's (and
 /// revision 6's) `RateLimit-Remaining`.
 fn has_legacy_remaining(headers: &HeaderMap) -> bool {
-    headers.contains_key("x-ratelimit-remaining") || headers.contains_key("ratelimit-remaining")
+    headers.contains_key(X_RATELIMIT_REMAINING) || headers.contains_key(RATELIMIT_REMAINING)
 }
 
 /// Whether `needle` occurs in `haystack`.

@@ -40,7 +40,7 @@ use tower::retry::budget::Budget;
 
 use crate::{
     MAX_HOLD, Partition,
-    exhausted::{QuotaLeft, exhausted_for, quota_left},
+    exhausted::{GRPC_STATUS, QuotaLeft, exhausted_for, quota_left},
     partition::PartitionHasher,
 };
 
@@ -421,7 +421,7 @@ impl Holds {
             // A refusal for the rate: 429, or gRPC's `RESOURCE_EXHAUSTED`.
             let too_many = status == StatusCode::TOO_MANY_REQUESTS
                 || headers
-                    .get("grpc-status")
+                    .get(GRPC_STATUS)
                     .is_some_and(|code| code.as_bytes() == b"8");
             let refused = too_many || status == StatusCode::SERVICE_UNAVAILABLE;
             let mut states = self.lock();
