@@ -76,9 +76,9 @@
 //!
 //! | the server sends | the layer reads | refused per window after the first | admitted of 200 |
 //! |---|---|---|---|
-//! | draft-11 `RateLimit: "p";r=19;t=1` (or revision 8's `"p"; r=19; t=1`), `RateLimit-Policy` | units left `r`, reset `t`; the policy to pace to | 0 | 200 (paced 198–199) |
-//! | revision 7's `RateLimit: limit=20, remaining=19, reset=1`, `RateLimit-Policy: 20;w=1` | `remaining`, `reset`; the policy | 0 | 200 (paced 198) |
-//! | revision 6's `RateLimit-Remaining`, `RateLimit-Reset: 1`, `RateLimit-Policy: 20;w=1` | the same | 0 | 200 (paced 198–199) |
+//! | draft-11 `RateLimit: "p";r=19;t=1` (or revision 8's `"p"; r=19; t=1`), `RateLimit-Policy` | units left `r`, reset `t`; the policy to pace to | 0 | 200 (paced 196–199) |
+//! | revision 7's `RateLimit: limit=20, remaining=19, reset=1`, `RateLimit-Policy: 20;w=1` | `remaining`, `reset`; the policy | 0 | 200 (paced 199) |
+//! | revision 6's `RateLimit-Remaining`, `RateLimit-Reset: 1`, `RateLimit-Policy: 20;w=1` | the same | 0 | 200 (paced 199) |
 //! | `X-RateLimit-Remaining` (or GitLab's `RateLimit-Remaining`) with an epoch `-Reset`, and `Date` | units left; the reset against `Date` | 0 | 200 |
 //! | `X-RateLimit-Reset-After` in fractional seconds (Discord) | units left; the reset to the millisecond | 0 | 200 |
 //! | `X-RateLimit-Reset` in delta-seconds | units left; the reset | 0 | 200 |
