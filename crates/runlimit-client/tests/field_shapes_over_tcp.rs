@@ -11,9 +11,10 @@
 //! compete for the machine's cores, which would stretch every round trip
 //! and with it each window's turn. In so short a run what the client pays
 //! to learn a server would weigh as much as the rest, so the share admitted
-//! is counted from the second window on; the `field_shapes` tests (ten
-//! seconds in process on a paused clock) and the bench of the same name
-//! (ten seconds over TCP) count it from the first.
+//! is counted from the second window on, of the whole windows that fit
+//! before the end; the `field_shapes` tests (ten seconds in process on a
+//! paused clock) and the bench of the same name (ten seconds over TCP)
+//! count it from the first.
 
 mod shapes;
 

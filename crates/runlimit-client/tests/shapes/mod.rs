@@ -21,7 +21,10 @@ use std::{
     future::Future,
     net::SocketAddr,
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -199,6 +202,9 @@ pub struct Entry {
     admitted: bool,
     /// Refused by the per-minute quota of [`Shape::TwoQuotas`].
     by_minute: bool,
+    /// Issued before any caller received a refusal: of a server that
+    /// reports no count, the client knew nothing when it went.
+    unchecked: bool,
     at: Instant,
 }
 
@@ -335,6 +341,7 @@ impl Answer {
 
 async fn written(State(server): State<Arc<Written>>, request: Request) -> Response<Body> {
     let key = token(request.headers());
+    let unchecked = !request.headers().contains_key(AFTER_REFUSAL);
     let answer = {
         let mut windows = server.windows.lock().expect("lock");
         let now = server.clock.now();
@@ -364,6 +371,7 @@ async fn written(State(server): State<Arc<Written>>, request: Request) -> Respon
             window_end: since_epoch(window.end),
             admitted,
             by_minute: false,
+            unchecked,
             at: Instant::now(),
         });
         Answer {
@@ -609,6 +617,8 @@ fn ours(shape: Shape, clock: Clock, log: &Log) -> Router {
                     window_end: decided.window_end,
                     admitted: response.status().is_success(),
                     by_minute: decided.by_minute,
+                    // A server that counts: the first window is its own.
+                    unchecked: false,
                     at: Instant::now(),
                 });
                 response
@@ -662,9 +672,13 @@ pub enum Mode {
     Paced,
 }
 
-/// Sends one request through the client, with the token given; the answer
-/// says whether it was refused.
-type Sender = Arc<dyn Fn(u8) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+/// Sends one request through the client, with the token given, marked as
+/// issued after a caller received a refusal or not; the answer says whether
+/// it was refused.
+type Sender = Arc<dyn Fn(u8, bool) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+/// Marks a request issued after a caller received a refusal.
+const AFTER_REFUSAL: &str = "x-issued-after-refusal";
 
 /// Whether a response refused its request (429, or gRPC's
 /// `RESOURCE_EXHAUSTED`; GitHub's 403s come from a server that counts).
@@ -716,11 +730,16 @@ where
     ResBody::Data: Send,
     ResBody::Error: std::fmt::Debug,
 {
-    Arc::new(move |token| {
-        let request = http::Request::get(url.as_str())
+    Arc::new(move |token, after_refusal| {
+        let mut request = http::Request::get(url.as_str())
             .header("authorization", token_value(token))
             .body(body())
             .expect("request");
+        if after_refusal {
+            request
+                .headers_mut()
+                .insert(AFTER_REFUSAL, HeaderValue::from_static("1"));
+        }
         let service = service.clone();
         Box::pin(async move {
             let response = service.oneshot(request).await.expect("sent");
@@ -761,10 +780,13 @@ fn sender(client: Client, mode: Mode, shape: Shape, address: SocketAddr) -> Send
             let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
                 .with(middleware)
                 .build();
-            Arc::new(move |token| {
-                let request = client
+            Arc::new(move |token, after_refusal| {
+                let mut request = client
                     .get(url.as_str())
                     .header("authorization", token_value(token));
+                if after_refusal {
+                    request = request.header(AFTER_REFUSAL, "1");
+                }
                 Box::pin(async move {
                     let response = request.send().await.expect("sent");
                     let refused = refused(response.status(), response.headers());
@@ -790,8 +812,8 @@ pub struct Outcome {
     pub refused_per_window: Vec<u64>,
     /// Requests admitted after each token's first window.
     pub admitted_after_first: u64,
-    /// What the server allows from the start of each token's second window
-    /// to the end of the run.
+    /// What the server allows in the whole windows from the start of each
+    /// token's second window to the end of the run.
     pub allowed_after_first: u64,
     /// Each token's windows, as "admitted/refused", the first ones (where
     /// the client learns) in brackets.
@@ -838,37 +860,27 @@ pub async fn run(shape: Shape, client: Client, mode: Mode, callers: u8, seconds:
     let (address, log) = serve(shape).await;
     let send = sender(client, mode, shape, address);
     let end_epoch = since_epoch(SystemTime::now()) + Duration::from_secs(seconds);
-    let (end, first_refusal) = drive(send, shape, callers, seconds).await;
+    let end = drive(send, shape, callers, seconds).await;
     let log = log.lock().expect("lock").clone();
-    outcome(
-        shape,
-        client,
-        mode,
-        seconds,
-        &log,
-        (end, end_epoch),
-        first_refusal,
-    )
+    outcome(shape, client, mode, seconds, &log, (end, end_epoch))
 }
 
 /// `callers` callers sending through `send` for `seconds`, each with its
-/// token: when they stopped, and when one first received a refusal.
-async fn drive(
-    send: Sender,
-    shape: Shape,
-    callers: u8,
-    seconds: u64,
-) -> (Instant, Option<Instant>) {
+/// token, marking what they issue once one has received a refusal: when
+/// they stopped.
+async fn drive(send: Sender, shape: Shape, callers: u8, seconds: u64) -> Instant {
     let end = Instant::now() + Duration::from_secs(seconds);
-    let first_refusal = FirstRefusal::default();
+    let refused = Refused::default();
     let tasks: Vec<_> = (0..callers)
         .map(|caller| {
-            let (send, first_refusal) = (Arc::clone(&send), first_refusal.clone());
+            let (send, refused) = (Arc::clone(&send), refused.clone());
             let token = caller % shape.tokens();
             tokio::spawn(async move {
                 // A caller still held at the end gives up.
-                while let Ok(refused) = tokio::time::timeout_at(end, send(token)).await {
-                    first_refusal.note(refused);
+                while let Ok(answer) =
+                    tokio::time::timeout_at(end, send(token, refused.yet())).await
+                {
+                    refused.note(answer);
                     if Instant::now() >= end {
                         return;
                     }
@@ -879,31 +891,27 @@ async fn drive(
     for task in tasks {
         task.await.expect("caller");
     }
-    (end, first_refusal.at())
+    end
 }
 
-/// When a caller first received a refusal.
+/// Whether a caller has received a refusal.
 #[derive(Debug, Clone, Default)]
-struct FirstRefusal(Arc<Mutex<Option<Instant>>>);
+struct Refused(Arc<AtomicBool>);
 
-impl FirstRefusal {
+impl Refused {
     fn note(&self, refused: bool) {
         if refused {
-            self.0
-                .lock()
-                .expect("lock")
-                .get_or_insert_with(Instant::now);
+            self.0.store(true, Ordering::Relaxed);
         }
     }
 
-    fn at(&self) -> Option<Instant> {
-        *self.0.lock().expect("lock")
+    fn yet(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
     }
 }
 
 /// What the server's `log` says of a run that ended at `end` (`end_epoch`
-/// on the server's clock), in which a caller first received a refusal at
-/// `first_refusal`.
+/// on the server's clock).
 fn outcome(
     shape: Shape,
     client: Client,
@@ -911,7 +919,6 @@ fn outcome(
     seconds: u64,
     log: &[Entry],
     (end, end_epoch): (Instant, Duration),
-    first_refusal: Option<Instant>,
 ) -> Outcome {
     let within: Vec<Entry> = log.iter().copied().filter(|entry| entry.at < end).collect();
     let mut refused_per_window = Vec::new();
@@ -937,12 +944,12 @@ fn outcome(
             let window = windows.last_mut().expect("pushed");
             window.1 += u64::from(entry.admitted);
             window.2 += u64::from(!entry.admitted);
-            window.3 |= !shape.counts() && first_refusal.is_none_or(|first| entry.at <= first);
+            window.3 |= !shape.counts() && entry.unchecked;
         }
         // The client's first window is where it learns: up to the first
         // window the server filled (a probe sent just before an epoch
         // second may leave one of its own before it), and for a server that
-        // reports no count, every window a request sent before the first
+        // reports no count, every window a request issued before the first
         // refusal reached (they go unchecked, and may span two windows
         // aligned to the epoch).
         let filled = windows
@@ -972,8 +979,10 @@ fn outcome(
             .sum::<u64>();
         if let Some(&(second_end, ..)) = windows.get(first + 1) {
             let from_second = end_epoch.saturating_sub(second_end - WINDOW);
-            let allowed = u128::from(LIMIT) * from_second.as_millis() / WINDOW.as_millis();
-            allowed_after_first += u64::try_from(allowed).expect("a few seconds' worth");
+            // Whole windows: one the run ends in allows its quota at any
+            // moment, which a client may not have reached.
+            let windows = from_second.as_millis() / WINDOW.as_millis();
+            allowed_after_first += LIMIT * u64::try_from(windows).expect("a few seconds' worth");
         }
         for (index, &(_, admitted, refused, _)) in windows.iter().enumerate() {
             let window = format!("{admitted}/{refused}");
@@ -1028,7 +1037,7 @@ pub async fn run_in_process(
         "http://api.example/items".to_owned(),
         Body::empty,
     );
-    let (end, first_refusal) = drive(send, shape, callers, seconds).await;
+    let end = drive(send, shape, callers, seconds).await;
     let log = log.lock().expect("lock").clone();
     outcome(
         shape,
@@ -1037,7 +1046,6 @@ pub async fn run_in_process(
         seconds,
         &log,
         (end, end_epoch),
-        first_refusal,
     )
 }
 
