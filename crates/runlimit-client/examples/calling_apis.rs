@@ -56,12 +56,14 @@ async fn our_api() -> Result<SocketAddr, Box<dyn std::error::Error>> {
     serve(app).await
 }
 
-/// An API that answers like GitHub's: windows of two seconds aligned to the
-/// epoch, 6 requests each, and the reset as Unix epoch seconds.
+/// An API that answers like GitHub's: windows of two seconds from their
+/// first request, 6 requests each, and the reset as Unix epoch seconds
+/// (rounded up), read against the response's `Date`.
 async fn github_style_api() -> Result<SocketAddr, Box<dyn std::error::Error>> {
     const LIMIT: u64 = 6;
-    const WINDOW: u64 = 2;
-    let used: Arc<Mutex<(u64, u64)>> = Arc::default();
+    const WINDOW: Duration = Duration::from_secs(2);
+    // The window's end (since the epoch) and the requests it admitted.
+    let used: Arc<Mutex<(Duration, u64)>> = Arc::default();
     let app = Router::new().route(
         "/repos",
         get(move || {
@@ -69,19 +71,17 @@ async fn github_style_api() -> Result<SocketAddr, Box<dyn std::error::Error>> {
             async move {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_secs();
-                let window = now / WINDOW;
-                let (admitted, count) = {
+                    .unwrap_or_default();
+                let (admitted, count, end) = {
                     let mut used = used
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if used.0 != window {
-                        *used = (window, 0);
+                    if now >= used.0 {
+                        *used = (now + WINDOW, 0);
                     }
                     let admitted = used.1 < LIMIT;
                     used.1 += u64::from(admitted);
-                    (admitted, used.1)
+                    (admitted, used.1, used.0)
                 };
                 let status = if admitted {
                     StatusCode::OK
@@ -89,13 +89,14 @@ async fn github_style_api() -> Result<SocketAddr, Box<dyn std::error::Error>> {
                     StatusCode::FORBIDDEN
                 };
                 let header = |value: u64| HeaderValue::from(value);
+                let reset = end.as_secs() + u64::from(end.subsec_nanos() > 0);
                 (
                     status,
                     [
                         ("x-ratelimit-limit", header(LIMIT)),
                         ("x-ratelimit-remaining", header(LIMIT - count)),
                         ("x-ratelimit-used", header(count)),
-                        ("x-ratelimit-reset", header((window + 1) * WINDOW)),
+                        ("x-ratelimit-reset", header(reset)),
                     ],
                     "[]",
                 )

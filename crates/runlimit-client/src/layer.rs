@@ -102,10 +102,7 @@ impl Core {
     }
 
     pub(crate) fn pace(&mut self) -> Result<(), HoldLayerError> {
-        let max = self.holds.max();
-        self.pacer = Some(Arc::new(Pacer::new(max)?));
-        // A builder step: no request has used the holds yet.
-        self.holds = Arc::new(Holds::paced(max));
+        self.pacer = Some(Arc::new(Pacer::new(self.holds.max())?));
         Ok(())
     }
 
@@ -338,20 +335,24 @@ impl<K, R> HoldLayer<K, R> {
     }
 
     /// Also paces each partition to the policy its server advertises
-    /// (`RateLimit-Policy`, the slowest of its policies), with Runlimit's own
-    /// GCRA: requests are sent one at a time at that rate (a five-hundredth
-    /// slower, for a server's clock that runs a little fast), so that
-    /// concurrent callers spread over the window instead of bursting into a
-    /// refusal when a window opens. A partition is paced from its first
-    /// response with the field on (the first request goes alone, see the
-    /// crate docs); the units each answer says are left still bound what is
-    /// sent, so a network that bunches paced requests together cannot push
-    /// a window over its quota. The pacing state is bounded like the holds.
+    /// (`RateLimit-Policy`, named or the unnamed `20;w=1` of the draft's
+    /// revisions 6 and 7; of several, the one with the shortest window), on
+    /// GCRA's virtual schedule: each request let go reserves the next slot
+    /// at that rate (a five-hundredth slower, for a server's clock that runs
+    /// a little fast) and waits for it, so that concurrent callers spread
+    /// over the window instead of bursting into a refusal when a window
+    /// opens, and a late wake-up does not delay the requests after it. A
+    /// partition is paced from its first response with the field on (the
+    /// first request goes alone, see the crate docs). Pacing only adds
+    /// waits to what the fields alone let go: the units each answer says are
+    /// left still bound what is sent, windows are still probed, and a
+    /// partition whose server advertises no policy goes as it would unpaced.
+    /// The pacing state is bounded like the holds.
     ///
     /// # Errors
     ///
-    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
-    /// memory store holds.
+    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than
+    /// 2³¹.
     pub fn pace(mut self) -> Result<Self, HoldLayerError> {
         self.core.pace()?;
         Ok(self)

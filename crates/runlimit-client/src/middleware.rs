@@ -41,13 +41,18 @@ use crate::{
 pub struct HoldMiddleware {
     core: Core,
     budget: Option<Arc<dyn Budget + Send + Sync>>,
+    key: Option<RequestKey>,
 }
+
+/// A function naming a reqwest request's partition.
+type RequestKey = Arc<dyn Fn(&Request) -> Option<Partition> + Send + Sync>;
 
 impl std::fmt::Debug for HoldMiddleware {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HoldMiddleware")
             .field("core", &self.core)
             .field("retries", &self.budget.is_some())
+            .field("partition_by", &self.key.is_some())
             .finish()
     }
 }
@@ -62,7 +67,34 @@ impl HoldMiddleware {
         Ok(Self {
             core: Core::new(max_partitions)?,
             budget: None,
+            key: None,
         })
+    }
+
+    /// Names each request's partition with `key` instead of its origin (a
+    /// per-token or per-tenant quota behind one origin), as
+    /// [`HoldLayer::partition_by`](crate::HoldLayer::partition_by) does:
+    /// `None` leaves a request untracked.
+    ///
+    /// ```
+    /// use runlimit_client::{HoldMiddleware, Partition};
+    ///
+    /// # fn main() -> Result<(), runlimit_client::HoldLayerError> {
+    /// let by_token = HoldMiddleware::new(10_000)?.partition_by(|request: &reqwest::Request| {
+    ///     let token = request.headers().get("authorization")?;
+    ///     Some(Partition::of(token.as_bytes()))
+    /// });
+    /// # let _ = by_token;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn partition_by(
+        mut self,
+        key: impl Fn(&Request) -> Option<Partition> + Send + Sync + 'static,
+    ) -> Self {
+        self.key = Some(Arc::new(key));
+        self
     }
 
     /// Sends a request refused with 429 or 503, whose response says how long
@@ -80,8 +112,8 @@ impl HoldMiddleware {
     ///
     /// # Errors
     ///
-    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than a
-    /// memory store holds.
+    /// [`HoldLayerError::TooManyPartitions`] when the bound is more than
+    /// 2³¹.
     pub fn pace(mut self) -> Result<Self, HoldLayerError> {
         self.core.pace()?;
         Ok(self)
@@ -130,7 +162,10 @@ impl Middleware for HoldMiddleware {
         if let Some(budget) = &self.budget {
             budget.deposit();
         }
-        let partition = origin(&request);
+        let partition = match &self.key {
+            Some(key) => key(&request),
+            None => origin(&request),
+        };
         let mut request = request;
         let mut sent = 0;
         let mut spread = Duration::ZERO;

@@ -49,16 +49,6 @@ impl Partition {
         Self(keys().hash_one(name))
     }
 
-    /// 32 bytes standing for the partition, as a subject key for the pacer.
-    pub(crate) fn digest(self) -> [u8; 32] {
-        let mut digest = [0; 32];
-        for (index, chunk) in digest.chunks_mut(8).enumerate() {
-            let word = keys().hash_one((self.0, index));
-            chunk.copy_from_slice(&word.to_le_bytes());
-        }
-        digest
-    }
-
     /// The partition of an origin, its host in any case: without building
     /// the lowercase name.
     pub(crate) fn of_origin(scheme: &str, authority: &[u8]) -> Self {

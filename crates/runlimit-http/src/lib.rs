@@ -10,8 +10,9 @@
 //!   and `Retry-After`, for clients that expect the older de-facto shape.
 //! * [`problem`]: RFC 9457 problem-details bodies, for quota denials and any
 //!   other status.
-//! * [`read`]: the client's side, reading those fields (and gRPC's pushback)
-//!   from a response, for services that call rate-limited APIs.
+//! * [`read`]: the client's side, reading those fields (the draft's earlier
+//!   revisions' forms too) and gRPC's pushback from a response, for services
+//!   that call rate-limited APIs.
 //!
 //! Nothing here chooses a status code or a body, or decides which policies an
 //! application discloses; every value is validated when it is built, so encoding

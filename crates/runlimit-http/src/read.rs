@@ -2,9 +2,11 @@
 //!
 //! A service calling a rate-limited API learns its quota from the response:
 //! the draft `RateLimit-Policy` and `RateLimit` fields ([`policies`],
-//! [`statuses`]), `Retry-After` ([`retry_after`]), the older
-//! `X-RateLimit-*` fields many APIs still send ([`legacy`]), and gRPC's
-//! `grpc-retry-pushback-ms` ([`grpc_pushback`]). These readers take a
+//! [`statuses`], and [`draft_7_status`] for the Dictionary that revision 7
+//! of the draft sent), `Retry-After` ([`retry_after`]), the older
+//! `X-RateLimit-*` fields many APIs still send and the separate
+//! `RateLimit-Limit`/`-Remaining`/`-Reset` of revision 6 ([`legacy`]), and
+//! gRPC's `grpc-retry-pushback-ms` ([`grpc_pushback`]). These readers take a
 //! response's [`HeaderMap`] and never panic, whatever the server sent, and
 //! where a value is unclear they read it the cautious way, so a client waits
 //! longer rather than sends early:
@@ -41,7 +43,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName};
-use sfv::{BareItem, List, ListEntry, Parameters, Parser};
+use sfv::{BareItem, Dictionary, List, ListEntry, Parameters, Parser};
 
 use crate::draft_11::{RATELIMIT, RATELIMIT_POLICY};
 
@@ -115,7 +117,8 @@ pub struct AdvertisedPolicy {
 }
 
 impl AdvertisedPolicy {
-    /// The policy's name (a String, or a Token as early drafts allowed).
+    /// The policy's name (a String, or a Token as early drafts allowed);
+    /// empty for the unnamed policies of revisions 6 and 7 (`20;w=1`).
     #[must_use]
     pub fn name(&self) -> &str {
         &self.name
@@ -181,7 +184,9 @@ impl AdvertisedStatus {
     }
 }
 
-/// Reads `RateLimit-Policy` (every field line, as one List).
+/// Reads `RateLimit-Policy` (every field line, as one List): named members
+/// (`"api";q=100;w=60`) and the unnamed ones of revisions 6 and 7 of the
+/// draft, whose Integer is the quota (`20;w=1`).
 ///
 /// # Errors
 ///
@@ -192,10 +197,14 @@ pub fn policies(headers: &HeaderMap) -> Result<Members<AdvertisedPolicy>, ReadEr
         headers,
         &RATELIMIT_POLICY,
         "RateLimit-Policy",
-        |name, params| {
+        |item, params| {
+            let (name, quota) = match text(item) {
+                Some(name) => (name.to_owned(), non_negative(params.get("q")?)?),
+                None => (String::new(), non_negative(item)?),
+            };
             Some(AdvertisedPolicy {
                 name,
-                quota: non_negative(params.get("q")?)?,
+                quota,
                 window: match params.get("w") {
                     None => None,
                     Some(item) => {
@@ -218,9 +227,9 @@ pub fn policies(headers: &HeaderMap) -> Result<Members<AdvertisedPolicy>, ReadEr
 ///
 /// As [`policies`].
 pub fn statuses(headers: &HeaderMap) -> Result<Members<AdvertisedStatus>, ReadError> {
-    read_list(headers, &RATELIMIT, "RateLimit", |name, params| {
+    read_list(headers, &RATELIMIT, "RateLimit", |item, params| {
         Some(AdvertisedStatus {
-            name,
+            name: text(item)?.to_owned(),
             remaining: non_negative(params.get("r")?)?,
             reset: match params.get("t") {
                 None => None,
@@ -232,37 +241,26 @@ pub fn statuses(headers: &HeaderMap) -> Result<Members<AdvertisedStatus>, ReadEr
 }
 
 /// Parses every line of `name` as one List and keeps the members `member`
-/// reads (from the member's name and parameters).
+/// reads (from the member's item and parameters).
 fn read_list<T>(
     headers: &HeaderMap,
     name: &HeaderName,
     field: &'static str,
-    member: impl Fn(String, &Parameters) -> Option<T>,
+    member: impl Fn(&BareItem, &Parameters) -> Option<T>,
 ) -> Result<Members<T>, ReadError> {
-    let mut lines = Vec::new();
-    for value in headers.get_all(name) {
-        let line = value.to_str().map_err(|_| ReadError::NotText { field })?;
-        // An empty line adds no member (RFC 9110 5.6.1) and would otherwise
-        // leave an empty list member that fails the whole List.
-        if !line.trim().is_empty() {
-            lines.push(line);
-        }
-    }
     let mut read = Members {
         members: Vec::new(),
         skipped: 0,
     };
-    if lines.is_empty() {
+    let Some(joined) = joined_lines(headers, name, field)? else {
         return Ok(read);
-    }
-    let list: List = Parser::new(lines.join(", ").as_str())
+    };
+    let list: List = Parser::new(joined.as_str())
         .parse()
         .map_err(|_| ReadError::Syntax { field })?;
     for entry in list {
         let parsed = match entry {
-            ListEntry::Item(item) => text(&item.bare_item)
-                .map(str::to_owned)
-                .and_then(|name| member(name, &item.params)),
+            ListEntry::Item(item) => member(&item.bare_item, &item.params),
             ListEntry::InnerList(_) => None,
         };
         match parsed {
@@ -271,6 +269,94 @@ fn read_list<T>(
         }
     }
     Ok(read)
+}
+
+/// Every non-empty line of `name`, joined as RFC 9110 combines them; `None`
+/// when there is none.
+fn joined_lines(
+    headers: &HeaderMap,
+    name: &HeaderName,
+    field: &'static str,
+) -> Result<Option<String>, ReadError> {
+    let mut lines = Vec::new();
+    for value in headers.get_all(name) {
+        let line = value.to_str().map_err(|_| ReadError::NotText { field })?;
+        // An empty line adds no member (RFC 9110 5.6.1) and would otherwise
+        // leave an empty member that fails the whole field.
+        if !line.trim().is_empty() {
+            lines.push(line);
+        }
+    }
+    Ok((!lines.is_empty()).then(|| lines.join(", ")))
+}
+
+/// The `RateLimit` field as revision 7 of the IETF draft wrote it: one
+/// Dictionary, `limit=20, remaining=19, reset=1`, where later revisions
+/// send a List of named members ([`statuses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draft7Status {
+    limit: Option<u64>,
+    remaining: u64,
+    reset: Option<Duration>,
+}
+
+impl Draft7Status {
+    /// `limit`: the units the quota allows per window, when sent.
+    #[must_use]
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// `remaining`: the units left.
+    #[must_use]
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// `reset`: the time until the quota resets, when sent.
+    #[must_use]
+    pub fn reset(&self) -> Option<Duration> {
+        self.reset
+    }
+}
+
+/// Reads `RateLimit` as revision 7's Dictionary (every field line as one
+/// Dictionary; a key sent twice keeps its last value, as RFC 9651 says).
+/// `None` when the field is absent or is not a Dictionary with a
+/// `remaining` key: a List of named members, which [`statuses`] reads, is
+/// not one.
+///
+/// # Errors
+///
+/// [`ReadError::NotText`] when the field is not text;
+/// [`ReadError::Malformed`] when `limit`, `remaining` or `reset` is not a
+/// non-negative Integer.
+pub fn draft_7_status(headers: &HeaderMap) -> Result<Option<Draft7Status>, ReadError> {
+    const FIELD: &str = "RateLimit";
+    let Some(joined) = joined_lines(headers, &RATELIMIT, FIELD)? else {
+        return Ok(None);
+    };
+    let Ok(dictionary) = Parser::new(joined.as_str()).parse::<Dictionary>() else {
+        return Ok(None);
+    };
+    let read = |key: &str| -> Result<Option<u64>, ReadError> {
+        match dictionary.get(key) {
+            None => Ok(None),
+            // Parameters, which revision 7 defines none of, are ignored.
+            Some(ListEntry::Item(item)) => non_negative(&item.bare_item)
+                .map(Some)
+                .ok_or(ReadError::Malformed { field: FIELD }),
+            Some(ListEntry::InnerList(_)) => Err(ReadError::Malformed { field: FIELD }),
+        }
+    };
+    let Some(remaining) = read("remaining")? else {
+        return Ok(None);
+    };
+    Ok(Some(Draft7Status {
+        limit: read("limit")?,
+        remaining,
+        reset: read("reset")?.map(Duration::from_secs),
+    }))
 }
 
 /// A String or a Token, as text.
@@ -361,8 +447,10 @@ impl Reset {
     }
 }
 
-/// The older quota fields: `X-RateLimit-Limit`, `-Remaining`, `-Reset` and
-/// `-Used`, or the same names without `X-` (GitLab's `RateLimit-Limit`).
+/// The older quota fields: `X-RateLimit-Limit`, `-Remaining`, `-Reset`,
+/// `-Reset-After` and `-Used`, or the same names without `X-` (GitLab's
+/// `RateLimit-Limit`, and the separate fields of revision 6 of the IETF
+/// draft, whose `RateLimit-Reset` is delta-seconds).
 ///
 /// Each field is read on its own: one that cannot be read is `None` and
 /// named in [`malformed`](Self::malformed), and the others are kept. A field
@@ -378,6 +466,11 @@ pub struct LegacyQuota {
     /// When the quota resets: delta-seconds or Unix epoch seconds, told apart
     /// by size ([`Reset::EPOCH_FROM`]); fractions of a second round up.
     pub reset: Option<Reset>,
+    /// `X-RateLimit-Reset-After`: the time until the quota resets, in
+    /// seconds with a decimal fraction (as Discord sends it), read to the
+    /// millisecond, rounded up. More precise than an epoch
+    /// [`reset`](Self::reset) read against a `Date` truncated to the second.
+    pub reset_after: Option<Duration>,
     /// The units used.
     pub used: Option<u64>,
     /// The fields sent that could not be read.
@@ -434,6 +527,13 @@ pub fn legacy(headers: &HeaderMap) -> LegacyQuota {
         delta_seconds,
         u64::max,
     );
+    quota.reset_after = read(
+        "x-ratelimit-reset-after",
+        "ratelimit-reset-after",
+        millis_up,
+        u64::max,
+    )
+    .map(Duration::from_millis);
     let reset = read("x-ratelimit-reset", "ratelimit-reset", seconds_up, u64::max);
     quota.reset = match reset.map(Reset::from_seconds) {
         Some(None) => {
@@ -450,6 +550,25 @@ pub fn legacy(headers: &HeaderMap) -> LegacyQuota {
         None => None,
     };
     quota
+}
+
+/// Seconds with an optional decimal fraction, as whole milliseconds rounded
+/// up, saturating.
+fn millis_up(value: &str) -> Option<u64> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let whole = delta_seconds(whole)?;
+    if (value.contains('.') && fraction.is_empty())
+        || !fraction.bytes().all(|byte| byte.is_ascii_digit())
+    {
+        return None;
+    }
+    let digits = fraction.as_bytes();
+    let mut millis = 0;
+    for index in 0..3 {
+        millis = millis * 10 + digits.get(index).map_or(0, |digit| u64::from(digit - b'0'));
+    }
+    let up = u64::from(digits.iter().skip(3).any(|&digit| digit != b'0'));
+    Some(whole.saturating_mul(1_000).saturating_add(millis + up))
 }
 
 /// Seconds, with any fraction rounded up (Discord sends milliseconds as a

@@ -255,6 +255,118 @@ fn gitlabs_fields_and_delta_resets_read_as_documented() {
     assert!(read::legacy(&HeaderMap::new()).is_empty());
 }
 
+/// express-rate-limit's `draft-6` and `draft-7` modes: the separate
+/// `RateLimit-Limit`/`-Remaining`/`-Reset` (delta-seconds), revision 7's
+/// `RateLimit` Dictionary, and the unnamed `RateLimit-Policy: 20;w=1` both
+/// send.
+#[test]
+fn the_earlier_drafts_fields_read_as_express_rate_limit_sends_them() {
+    let draft_6 = headers(&[
+        ("ratelimit-policy", "20;w=1"),
+        ("ratelimit-limit", "20"),
+        ("ratelimit-remaining", "19"),
+        ("ratelimit-reset", "1"),
+    ]);
+    let quota = read::legacy(&draft_6);
+    assert_eq!((quota.limit, quota.remaining), (Some(20), Some(19)));
+    assert_eq!(quota.reset, Some(Reset::After(Duration::from_secs(1))));
+    let policies = read::policies(&draft_6).expect("reads");
+    let read: Vec<_> = policies
+        .members()
+        .iter()
+        .map(|p| (p.name(), p.quota(), p.window()))
+        .collect();
+    assert_eq!(read, [("", 20, Some(Duration::from_secs(1)))]);
+    assert_eq!(read::draft_7_status(&draft_6), Ok(None));
+
+    let draft_7 = headers(&[
+        ("ratelimit-policy", "10, 10;w=1, 50;w=60;burst=5"),
+        ("ratelimit", "limit=20, remaining=0, reset=1"),
+    ]);
+    let status = read::draft_7_status(&draft_7)
+        .expect("reads")
+        .expect("a Dictionary");
+    assert_eq!(
+        (status.limit(), status.remaining(), status.reset()),
+        (Some(20), 0, Some(Duration::from_secs(1)))
+    );
+    // Revision 7's field is not a List of named members.
+    assert!(read::statuses(&draft_7).is_err());
+    let windows: Vec<_> = read::policies(&draft_7)
+        .expect("reads")
+        .members()
+        .iter()
+        .map(|p| (p.quota(), p.window().map(|w| w.as_secs())))
+        .collect();
+    assert_eq!(windows, [(10, None), (10, Some(1)), (50, Some(60))]);
+
+    // A List of named members is not revision 7's Dictionary, nor is a
+    // token-named member without `remaining`; values that are not
+    // non-negative Integers are malformed.
+    for list in [
+        r#""api";r=19;t=1"#,
+        "api;r=19;t=1",
+        r#""20-in-1sec"; r=19; t=1"#,
+    ] {
+        let map = headers(&[("ratelimit", list)]);
+        assert_eq!(read::draft_7_status(&map), Ok(None), "{list}");
+        assert!(!read::statuses(&map).expect("a List").is_empty(), "{list}");
+    }
+    for malformed in [
+        "limit=20, remaining=-1, reset=1",
+        "remaining=1.5",
+        "remaining=(1 2)",
+        "remaining=1, reset=?1",
+    ] {
+        let map = headers(&[("ratelimit", malformed)]);
+        assert_eq!(
+            read::draft_7_status(&map),
+            Err(ReadError::Malformed { field: "RateLimit" }),
+            "{malformed}"
+        );
+    }
+    // Two lines are one Dictionary, whose last value of a key wins.
+    let map = headers(&[
+        ("ratelimit", "limit=20, remaining=5"),
+        ("ratelimit", "remaining=4, reset=2"),
+    ]);
+    let status = read::draft_7_status(&map)
+        .expect("reads")
+        .expect("a Dictionary");
+    assert_eq!(
+        (status.limit(), status.remaining(), status.reset()),
+        (Some(20), 4, Some(Duration::from_secs(2)))
+    );
+    assert_eq!(read::draft_7_status(&HeaderMap::new()), Ok(None));
+}
+
+/// Discord's `X-RateLimit-Reset-After`: seconds with a decimal fraction,
+/// read to the millisecond and rounded up.
+#[test]
+fn discords_reset_after_reads_to_the_millisecond() {
+    for (value, millis) in [
+        ("64.57", 64_570),
+        ("0.001", 1),
+        ("0.0001", 1),
+        ("1.2345", 1_235),
+        ("2", 2_000),
+        ("0.000", 0),
+    ] {
+        let map = headers(&[("x-ratelimit-reset-after", value)]);
+        assert_eq!(
+            read::legacy(&map).reset_after,
+            Some(Duration::from_millis(millis)),
+            "{value}"
+        );
+    }
+    for malformed in ["1.", ".5", "-1.5", "1.5s", ""] {
+        let map = headers(&[("x-ratelimit-reset-after", malformed)]);
+        let quota = read::legacy(&map);
+        assert_eq!(quota.reset_after, None, "{malformed}");
+        assert_eq!(quota.malformed, ["x-ratelimit-reset-after"], "{malformed}");
+    }
+}
+
 /// Discord's fractional epoch reset rounds up; stacked limiters' lines read
 /// as the most cautious value; an unreadable field is named and the rest
 /// kept; a reset the clock cannot hold is malformed, not a panic.
@@ -368,6 +480,9 @@ fn field_value() -> impl Strategy<Value = Vec<u8>> {
         "[ -~]{0,64}".prop_map(String::into_bytes),
         r#"("[a-z]{0,4}"|[a-z]{1,4}|[0-9]{1,20})(;[a-z]{1,2}=(-?[0-9]{1,20}|"[a-z]*"|:[A-Za-z0-9+/=]*:|\?[01]))*"#
             .prop_map(String::into_bytes),
+        r#"(limit|remaining|reset)=(-?[0-9]{1,20}|[0-9]\.[0-9]|\?1)(, (limit|remaining|reset)=[0-9]{1,20}){0,2}"#
+            .prop_map(String::into_bytes),
+        "[0-9]{1,25}(\\.[0-9]{0,25})?".prop_map(String::into_bytes),
         "[0-9]{1,40}".prop_map(String::into_bytes),
     ]
 }
@@ -384,6 +499,7 @@ proptest! {
                     "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
                     "x-ratelimit-used", "ratelimit-limit", "ratelimit-remaining",
                     "ratelimit-reset", "ratelimit-used", "grpc-retry-pushback-ms",
+                    "x-ratelimit-reset-after",
                 ]),
                 field_value(),
             ),
@@ -402,6 +518,7 @@ proptest! {
             prop_assert!(policies.members().iter().all(|p| p.window() != Some(Duration::ZERO)));
         }
         let _ = read::statuses(&map);
+        let _ = read::draft_7_status(&map);
         let _ = read::retry_after(&map, now);
         let _ = read::server_date(&map);
         if let Some(reset) = read::legacy(&map).reset {
