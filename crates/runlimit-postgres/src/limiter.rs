@@ -44,7 +44,7 @@ mod sealed {
 }
 
 /// The policies PostgreSQL can evaluate: [`FixedWindowPolicy`],
-/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`] (any of the
+/// [`SlidingWindowPolicy`], [`GcraPolicy`] and [`AnyPolicy`](runlimit_core::AnyPolicy) (any of the
 /// three, chosen per check). Sealed.
 pub trait PgPolicy: Policy + sealed::Sealed + 'static {
     /// The cleanup function for this policy's table.
@@ -228,7 +228,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
 
     /// A limiter for policy type `Q` sharing this one's pool, kept
     /// connections, configuration and observer: the fixed-window and GCRA
-    /// limiters of one database, or the [`AnyPolicy`] limiter of all three.
+    /// limiters of one database, or the [`AnyPolicy`](runlimit_core::AnyPolicy) limiter of all three.
     ///
     /// ```no_run
     /// # use runlimit_core::{FixedWindowPolicy, GcraPolicy};
@@ -358,7 +358,7 @@ impl<P: PgPolicy> PostgresLimiter<P> {
     }
 
     /// Deletes at most `maximum_rows` expired rows of this policy type's table
-    /// (of all three for [`AnyPolicy`], a share of the bound each),
+    /// (of all three for [`AnyPolicy`](runlimit_core::AnyPolicy), a share of the bound each),
     /// oldest first, and returns how many it removed. Expired rows never affect
     /// decisions, but only deletion frees their capacity-ledger slot. Rows an
     /// admission holds are skipped, so cleanup does not block admissions.
