@@ -15,3 +15,4 @@
 //! The library holds the logic, so that tests and applications can embed it.
 
 pub mod config;
+pub mod proto;
