@@ -14,5 +14,13 @@
 //!
 //! The library holds the logic, so that tests and applications can embed it.
 
+pub mod backend;
+pub mod cli;
 pub mod config;
+pub mod health;
+pub mod http;
+pub mod metrics;
 pub mod proto;
+pub mod reload;
+pub mod server;
+pub mod service;
