@@ -91,4 +91,14 @@ impl Health {
         self.inner.shutting_down.store(true, Ordering::Release);
         self.update().await;
     }
+
+    /// Ends the `Watch` streams of `grpc.health.v1` (after the status they
+    /// have not seen yet), which would otherwise keep a graceful shutdown
+    /// waiting forever; later checks find no service.
+    pub async fn end_watches(&self) {
+        let mut reporter = self.inner.reporter.clone();
+        for service in HEALTH_SERVICES {
+            reporter.clear_service_status(service).await;
+        }
+    }
 }

@@ -4,8 +4,8 @@
 //! [`Server::serve`] takes listeners the caller bound (port 0 in tests) and
 //! any future that completes on shutdown. On shutdown the server first
 //! reports `NOT_SERVING` (on `grpc.health.v1` and `/healthcheck`), then
-//! stops accepting connections, finishes the requests in flight, and
-//! returns.
+//! stops accepting connections, ends `grpc.health.v1` `Watch` streams,
+//! finishes the requests in flight, and returns.
 
 use std::{future::Future, io, sync::Arc};
 
@@ -124,6 +124,7 @@ where
         };
         health.shut_down().await;
         let _ = stop.send(true);
+        health.end_watches().await;
         let (grpc_served, http_served) = match ended {
             Ended::Shutdown => (flatten(grpc_task.await), flatten(http_task.await)),
             Ended::Grpc(served) => (served, flatten(http_task.await)),
