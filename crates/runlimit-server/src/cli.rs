@@ -226,7 +226,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => match serve(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                tracing::error!(error = %Chain(&error), "the server stopped");
+                tracing::error!(error = %Chain(&error), "cannot serve");
                 ExitCode::FAILURE
             }
         },

@@ -235,6 +235,11 @@ impl Reloader {
 
     /// Calls [`reload`](Self::reload) every `interval` until `shutdown`
     /// completes. Errors are logged and counted by `reload` itself.
+    ///
+    /// # Panics
+    ///
+    /// When `interval` is zero, or outside a Tokio runtime with its timer
+    /// enabled.
     pub async fn watch(&self, interval: Duration, shutdown: impl Future<Output = ()>) {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

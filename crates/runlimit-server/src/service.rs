@@ -331,6 +331,11 @@ where
     /// [`ServiceError::InvalidRequest`] for a malformed request;
     /// [`ServiceError::Unavailable`] when the limiter failed or did not
     /// decide within the budget.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime with its timer enabled: the budget is a
+    /// Tokio timeout.
     pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,

@@ -209,12 +209,14 @@ async fn serve_refuses_an_invalid_configuration_and_exits_with_failure() {
         "edge.yaml",
         "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
     );
+    // Settings from the environment, as in a container.
     let output = timeout(
         BOUND,
         command()
-            .args(["serve", "--config-dir"])
-            .arg(dir.path())
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .arg("serve")
+            .env("RUNLIMIT_SERVER_CONFIG_DIR", dir.path())
+            .env("RUNLIMIT_SERVER_GRPC_ADDR", "127.0.0.1:0")
+            .env("RUNLIMIT_SERVER_HTTP_ADDR", "127.0.0.1:0")
             .output(),
     )
     .await
@@ -227,4 +229,47 @@ async fn serve_refuses_an_invalid_configuration_and_exits_with_failure() {
         "{logs}"
     );
     assert!(logs.contains("edge.yaml"), "{logs}");
+}
+
+#[tokio::test]
+async fn serve_refuses_a_short_secret_or_one_given_twice() {
+    let dir = TempDir::new("cli-secret");
+    dir.write("edge.yaml", RULES);
+    let short = dir.path().join("short");
+    std::fs::write(&short, "too short\n").expect("write");
+    let long = dir.path().join("long");
+    std::fs::write(&long, "a secret of at least thirty-two bytes, from a file").expect("write");
+    for (file, env, says) in [
+        (&short, None, "at least 32"),
+        (
+            &long,
+            Some("a secret of at least thirty-two bytes, from the environment"),
+            "give one",
+        ),
+    ] {
+        let mut serve = command();
+        serve
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--config-dir")
+            .arg(dir.path())
+            .arg("--secret-file")
+            .arg(file);
+        if let Some(secret) = env {
+            serve.env("RUNLIMIT_SERVER_SECRET", secret);
+        }
+        let output = timeout(BOUND, serve.output())
+            .await
+            .expect("ends in time")
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(1));
+        let logs = String::from_utf8_lossy(&output.stderr);
+        assert!(logs.contains(says), "{logs}");
+        assert!(!logs.contains("thirty-two"), "{logs}");
+    }
 }
