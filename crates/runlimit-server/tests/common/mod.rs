@@ -1,6 +1,9 @@
 //! Servers started in process on loopback, clients, and requests.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(unix)]
+pub mod binary;
+
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
