@@ -209,7 +209,9 @@ use std::{
 use runlimit_core::{AnyPolicy, Policy, PolicyId};
 
 pub use domain::{Domain, Entry, Matched};
+pub(crate) use duration::parse as parse_duration;
 pub use error::{ConfigError, Location, Problem, ProblemKind, Warning, WarningKind};
+pub(crate) use rule::{IdPrefix, digest_id};
 pub use rule::{Limit, Rule, RulePath, Unit};
 
 /// A loaded configuration: domains of rules, and the warnings loading gave.
@@ -232,19 +234,16 @@ impl Config {
     /// [`ConfigError::Read`] when the directory or a file in it cannot be
     /// read; [`ConfigError::Invalid`] with every problem of every file.
     pub fn load_dir(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        let dir = dir.as_ref();
-        let mut files = Vec::new();
-        collect_files(dir, dir, &mut Vec::new(), &mut files)?;
-        files.sort();
+        Self::from_files(&read_dir(dir.as_ref())?)
+    }
+
+    /// Loads files read by [`read_dir`].
+    pub(crate) fn from_files(files: &[SourceFile]) -> Result<Self, ConfigError> {
         let mut loader = schema::Loader::default();
-        for (name, path) in files {
-            let bytes = fs::read(&path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            match String::from_utf8(bytes) {
-                Ok(text) => loader.add(&name, &text),
-                Err(_) => loader.add_not_utf8(&name),
+        for file in files {
+            match std::str::from_utf8(&file.bytes) {
+                Ok(text) => loader.add(&file.name, text),
+                Err(_) => loader.add_not_utf8(&file.name),
             }
         }
         Self::finish(loader)
@@ -334,6 +333,29 @@ impl Config {
         }
         self
     }
+}
+
+/// A configuration file as read: its name relative to the directory, and
+/// its contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SourceFile {
+    pub(crate) name: String,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// Reads every configuration file under `dir` (see
+/// [loading](self#loading)), in the order of their paths.
+pub(crate) fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, ConfigError> {
+    let mut files = Vec::new();
+    collect_files(dir, dir, &mut Vec::new(), &mut files)?;
+    files.sort();
+    files
+        .into_iter()
+        .map(|(name, path)| match fs::read(&path) {
+            Ok(bytes) => Ok(SourceFile { name, bytes }),
+            Err(source) => Err(ConfigError::Read { path, source }),
+        })
+        .collect()
 }
 
 /// Adds the YAML files under `dir` to `files` as (name relative to `root`,

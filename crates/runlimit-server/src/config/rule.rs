@@ -186,19 +186,36 @@ pub(crate) fn policy_id<'a>(
     domain: &'a str,
     composites: impl IntoIterator<Item = &'a str>,
 ) -> PolicyId {
+    digest_id(RULE_PREFIX, std::iter::once(domain).chain(composites))
+}
+
+/// The prefix of a rule's policy id.
+const RULE_PREFIX: IdPrefix = IdPrefix("r.");
+
+/// The first characters of a digest id: a letter and a dot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdPrefix(pub(crate) &'static str);
+
+/// `prefix` followed by 32 hex digits of the SHA-256 digest of `parts`,
+/// each preceded by its length as 8 bytes big-endian.
+pub(crate) fn digest_id<'a>(
+    prefix: IdPrefix,
+    parts: impl IntoIterator<Item = &'a str>,
+) -> PolicyId {
     let mut digest = Sha256::new();
-    for part in std::iter::once(domain).chain(composites) {
+    for part in parts {
         digest.update((part.len() as u64).to_be_bytes());
         digest.update(part.as_bytes());
     }
     let digest = digest.finalize();
-    let mut id = String::with_capacity(34);
-    id.push_str("r.");
+    let mut id = String::with_capacity(prefix.0.len() + 32);
+    id.push_str(prefix.0);
     for byte in &digest[..16] {
         id.push(char::from(HEX[usize::from(byte >> 4)]));
         id.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
-    // Invariant: 34 characters of [a-z0-9.] are always a valid id.
+    // Invariant: every prefix is a letter and a dot, and 34 characters of
+    // [a-z0-9.] are always a valid id.
     PolicyId::new(id).expect("a valid policy id")
 }
 
