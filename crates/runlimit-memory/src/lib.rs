@@ -198,6 +198,7 @@ mod denial_cache;
 mod error;
 mod leased;
 pub mod maintenance;
+mod overflow;
 mod shard;
 mod stats;
 mod store;
@@ -211,11 +212,12 @@ pub use any::{AnyAdmitted, AnyAlgorithm, AnyState};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, DEFAULT_CLEANUP_PER_CHECK, MAX_BATCH_SIZE, MAX_CLEANUP_PER_CHECK, MAX_KEYS,
-    MAX_SHARDS, MemoryStoreConfig,
+    MAX_OVERFLOW_DEPTH, MAX_OVERFLOW_WIDTH, MAX_SHARDS, MemoryStoreConfig, OverflowConfig,
 };
 pub use denial_cache::{Cached, DenialCache, DenialCacheStats};
 pub use error::MemoryStoreError;
 pub use leased::{Leasable, LeaseConfig, LeaseConfigError, LeaseStats, Leased, LeasedError};
+pub use overflow::{MAX_OVERFLOW_SKETCHES, OverflowStats};
 pub use stats::{MemoryStoreStats, ShardStats};
 pub use store::Store;
 pub use tiered::{Tiered, TieredError};

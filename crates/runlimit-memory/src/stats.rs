@@ -34,6 +34,8 @@ pub struct MemoryStoreStats {
     pub capacity: usize,
     /// Per-shard occupancy, in shard order.
     pub shards: Vec<ShardStats>,
+    /// The overflow tier's counters, when the store has one.
+    pub overflow: Option<crate::OverflowStats>,
 }
 
 impl MemoryStoreStats {
