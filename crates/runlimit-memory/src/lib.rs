@@ -198,11 +198,32 @@
 //! flood keys of one check each in a window, 1,000 new users of three checks
 //! each on a limit of ten:
 //!
-//! SIZING_TABLE
+//! | width | depth | `e·N/width` | users falsely denied | `e^-depth` |
+//! |------:|------:|------------:|---------------------:|-----------:|
+//! | 1,024 | 1 | 34.5 | 76.4% | (no bound: above `L - k` = 7) |
+//! | 1,024 | 2 | 34.5 | 12.0% | (no bound) |
+//! | 1,024 | 4 | 34.5 | 0% | (no bound) |
+//! | 4,096 | 1 | 8.6 | 1.3% | (no bound) |
+//! | 4,096 | 2 | 8.6 | 0% | (no bound) |
+//! | 5,049 | 1 | 7.0 | 0.7% | 36.8% |
+//! | 5,049 | 2 | 7.0 | 0% | 13.5% |
+//! | 5,049 | 4 | 7.0 | 0% | 1.8% |
+//! | 16,384 | 1 | 2.2 | 0% | 36.8% |
 //!
-//! The tier costs the normal path nothing measurable: a stored key's check
-//! does not look at it, and a new key's checks one atomic word while the
-//! sketch has counted nothing live.
+//! (`N` = 13,000 units; 5,049 is `e·N/(L - k)`. A depth-4 sketch of 5,049
+//! cells takes 158 KiB; the table it protects about 85 KB.) The flood's own
+//! checks were all admitted, as an exact limiter admits them: each flood key
+//! stayed within its limit.
+//!
+//! The tier costs the normal path next to nothing: a stored key's check does
+//! not look at it, and a new key's check reads one atomic word while the
+//! sketch has counted nothing live. Counted by callgrind
+//! (`examples/callgrind_checks.rs`, 100,000 fixed-window checks), a hot
+//! key's check takes 344 instructions with the tier and without it (343
+//! before the tier existed), a random stored key's 358 (357), a new key's in
+//! a table with room 854 (850 before; 851 without the tier). A check the
+//! sketch decides takes 2,120 instructions (a 2<sup>20</sup> × 4 sketch),
+//! against 985 for the capacity denial it replaces.
 //!
 //! With [`Tiered`], give the gate store the overflow tier: a full gate then
 //! keeps deciding new clients (rather than turning them all away, or letting

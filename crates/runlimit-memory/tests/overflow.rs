@@ -99,11 +99,7 @@ fn is_capacity(decision: &Decision) -> bool {
 /// exact reference denies, or on a capacity denial (the tier decides every
 /// key of these few window lengths). Returns how many checks the protected
 /// store decided in its sketch.
-fn run<A: Algorithm>(
-    policies: &[A::Policy],
-    tiny: Tiny,
-    ops: &[Op],
-) -> Result<u64, TestCaseError> {
+fn run<A: Algorithm>(policies: &[A::Policy], tiny: Tiny, ops: &[Op]) -> Result<u64, TestCaseError> {
     let clock = ManualClock::new();
     let store = protected::<A>(tiny, &clock);
     let reference = exact::<A>(&clock);
@@ -300,7 +296,9 @@ fn a_full_table_sends_new_keys_to_the_sketch() {
         width: 64,
         depth: 2,
     };
-    let ops: Vec<Op> = (0..SUBJECTS).map(|subject| Op::Check(0, subject, 1)).collect();
+    let ops: Vec<Op> = (0..SUBJECTS)
+        .map(|subject| Op::Check(0, subject, 1))
+        .collect();
     let decided = run::<runlimit_memory::FixedWindow>(&[policy], tiny, &ops).expect("safe");
     assert_eq!(decided, u64::from(SUBJECTS) - 1);
 }
@@ -311,8 +309,17 @@ fn every_store_type_takes_the_overflow_config() {
     let config = MemoryStoreConfig::new(4)
         .expect("valid")
         .with_overflow(OverflowConfig::new(16, 2).expect("valid"));
-    assert_eq!(MemoryStore::new(config).config().overflow(), config.overflow());
-    assert_eq!(GcraStore::new(config).config().overflow(), config.overflow());
-    assert_eq!(SlidingWindowStore::new(config).config().overflow(), config.overflow());
+    assert_eq!(
+        MemoryStore::new(config).config().overflow(),
+        config.overflow()
+    );
+    assert_eq!(
+        GcraStore::new(config).config().overflow(),
+        config.overflow()
+    );
+    assert_eq!(
+        SlidingWindowStore::new(config).config().overflow(),
+        config.overflow()
+    );
     assert_eq!(AnyStore::new(config).config().overflow(), config.overflow());
 }

@@ -25,7 +25,10 @@ fn subject(population: u64, index: u64) -> SubjectKey {
     SubjectKey::from_digest(digest)
 }
 
-fn policies() -> (TieredPolicy<FixedWindowPolicy, FixedWindowPolicy>, TieredPolicy<FixedWindowPolicy, FixedWindowPolicy>) {
+fn policies() -> (
+    TieredPolicy<FixedWindowPolicy, FixedWindowPolicy>,
+    TieredPolicy<FixedWindowPolicy, FixedWindowPolicy>,
+) {
     let client = FixedWindowPolicy::new(
         PolicyId::new("login.gate").expect("valid"),
         ScopeId::new("client").expect("valid"),
@@ -74,8 +77,8 @@ async fn flood(limiter: &Limited) -> (u64, Option<Denial>) {
 
 fn limiter(gate: MemoryStoreConfig) -> Limited {
     let clock = ManualClock::new();
-    let shared = MemoryStore::new(MemoryStoreConfig::new(1 << 16).expect("valid"))
-        .with_clock(clock.clone());
+    let shared =
+        MemoryStore::new(MemoryStoreConfig::new(1 << 16).expect("valid")).with_clock(clock.clone());
     Tiered::new(MemoryStore::new(gate).with_clock(clock), shared)
 }
 
