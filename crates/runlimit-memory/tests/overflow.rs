@@ -45,9 +45,11 @@ fn ops(policies: usize) -> impl Strategy<Value = Vec<Op>> {
 
 fn key(subject: u16) -> SubjectKey {
     let mut digest = [0u8; 32];
-    for (index, byte) in digest.iter_mut().enumerate() {
-        let mixed = (u32::from(subject) + 1).wrapping_mul(0x9E37_79B1) >> (index % 24);
-        *byte = (mixed as u8) ^ (index as u8).wrapping_mul(31);
+    let mut word = (u64::from(subject) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for chunk in digest.chunks_mut(8) {
+        word ^= word >> 31;
+        word = word.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        chunk.copy_from_slice(&word.to_le_bytes());
     }
     SubjectKey::from_digest(digest)
 }

@@ -76,8 +76,21 @@ fn measure(width: usize, depth: usize) -> (u64, u64) {
 /// The width the count-min bound asks for: `e·N/(L - k)` with `N` the flood's
 /// units (the users' own add at most a tenth more).
 fn sized_width() -> usize {
-    let units = (FLOOD_KEYS + USERS * CHECKS_PER_USER) as f64;
-    (std::f64::consts::E * units / (LIMIT - CHECKS_PER_USER) as f64).ceil() as usize
+    // e to six decimals, in integers.
+    let cells = (UNITS * 2_718_282).div_ceil((LIMIT - CHECKS_PER_USER) * 1_000_000);
+    usize::try_from(cells).expect("small")
+}
+
+/// The units counted in the window: the flood's and the users'.
+const UNITS: u64 = FLOOD_KEYS + USERS * CHECKS_PER_USER;
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    f64::from(u32::try_from(part).expect("small")) / f64::from(u32::try_from(whole).expect("small"))
+}
+
+/// The count-min bound on the share of estimates above `e·N/width`.
+fn bound(depth: usize) -> f64 {
+    (-f64::from(u32::try_from(depth).expect("small"))).exp()
 }
 
 #[test]
@@ -85,8 +98,8 @@ fn false_denials_stay_within_the_count_min_bound() {
     let width = sized_width();
     for depth in [2, 4] {
         let (denied, flood_admitted) = measure(width, depth);
-        let bound = (-(depth as f64)).exp();
-        let share = denied as f64 / USERS as f64;
+        let bound = bound(depth);
+        let share = ratio(denied, USERS);
         println!(
             "width {width} depth {depth}: {denied} of {USERS} users falsely denied \
              ({:.2}%, bound {:.2}%); flood checks admitted {flood_admitted} of {FLOOD_KEYS}",
