@@ -1040,6 +1040,19 @@ impl<A: Algorithm> Store<A> {
         } else {
             None
         };
+        // A key the overflow tier counts reads as the tier would decide it.
+        if found.is_none()
+            && carried.is_none()
+            && let Some(overflow) = &self.overflow
+            && let Some(decision) = overflow.peek::<A>(
+                policy,
+                &StoreKey::new(&check.counter_key()),
+                check.cost(),
+                now,
+            )
+        {
+            return Ok(decision);
+        }
         let (initial, _) = start_from::<A>(found, carried, now);
         Ok(A::peek(policy, initial, check.cost(), now))
     }

@@ -112,8 +112,11 @@ fn run<A: Algorithm>(policies: &[A::Policy], tiny: Tiny, ops: &[Op]) -> Result<u
                 // A cost above the policy's capacity is refused when built.
                 let check = Check::weighted(policy, key(*subject), *cost)
                     .unwrap_or_else(|_| Check::new(policy, key(*subject)));
+                let peeked = store.peek(&check).expect("healthy");
                 let decision = store.check(&check).expect("healthy");
                 prop_assert!(!is_capacity(&decision), "denied for capacity: {decision:?}");
+                // A peek reads what the check then decides, sketch or table.
+                prop_assert_eq!(peeked.is_allowed(), decision.is_allowed());
                 if decision.is_allowed() {
                     let exact = reference.check(&check).expect("healthy");
                     prop_assert!(
@@ -303,6 +306,37 @@ fn a_full_table_sends_new_keys_to_the_sketch() {
         .collect();
     let decided = run::<runlimit_memory::FixedWindow>(&[policy], tiny, &ops).expect("safe");
     assert_eq!(decided, u64::from(SUBJECTS) - 1);
+}
+
+#[test]
+fn overflow_sizes_are_validated_when_built() {
+    use runlimit_memory::{ConfigError, MAX_OVERFLOW_DEPTH, MAX_OVERFLOW_WIDTH};
+    assert_eq!(
+        OverflowConfig::new(0, 4),
+        Err(ConfigError::OverflowWidthOutOfRange { width: 0 })
+    );
+    assert_eq!(
+        OverflowConfig::new(MAX_OVERFLOW_WIDTH + 1, 4),
+        Err(ConfigError::OverflowWidthOutOfRange {
+            width: MAX_OVERFLOW_WIDTH + 1
+        })
+    );
+    assert_eq!(
+        OverflowConfig::new(8, 0),
+        Err(ConfigError::OverflowDepthOutOfRange { depth: 0 })
+    );
+    assert_eq!(
+        OverflowConfig::new(8, MAX_OVERFLOW_DEPTH + 1),
+        Err(ConfigError::OverflowDepthOutOfRange {
+            depth: MAX_OVERFLOW_DEPTH + 1
+        })
+    );
+    let config = OverflowConfig::new(MAX_OVERFLOW_WIDTH, MAX_OVERFLOW_DEPTH).expect("valid");
+    assert_eq!(
+        config.sketch_bytes(),
+        MAX_OVERFLOW_WIDTH * MAX_OVERFLOW_DEPTH * 8
+    );
+    assert_eq!(MemoryStoreConfig::new(1).expect("valid").overflow(), None);
 }
 
 /// Type aliases name the same stores the property tests run.
