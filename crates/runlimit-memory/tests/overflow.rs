@@ -359,3 +359,99 @@ fn every_store_type_takes_the_overflow_config() {
     );
     assert_eq!(AnyStore::new(config).config().overflow(), config.overflow());
 }
+
+fn fixed_policy(limit: u64, seconds: u64) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new("overflow").expect("valid"),
+        scope(0),
+        limit,
+        window(seconds),
+    )
+    .expect("valid")
+}
+
+/// A key the sketch counted stays with the sketch while its count can
+/// matter, even once the table has room, and is stored again after.
+#[test]
+fn a_counted_key_returns_to_the_table_only_once_its_count_has_dropped_out() {
+    let policy = fixed_policy(2, 10);
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &clock,
+    );
+    let checked = |subject: u16| {
+        store
+            .check(&Check::new(&policy, key(subject)))
+            .expect("healthy")
+            .is_allowed()
+    };
+    let sketch_checks = || store.stats().overflow.expect("configured").checks;
+    assert!(checked(0), "the first key is stored");
+    assert!(checked(1) && checked(1), "the second overflows");
+    assert!(!checked(1), "and is held to its limit");
+    assert_eq!(sketch_checks(), 3);
+    // The stored key's window ends, so its entry may be reclaimed; key 1's
+    // units still count in the sketch's previous epoch, so the sketch keeps
+    // deciding it, and denies it.
+    clock.advance(Duration::from_secs(11));
+    assert!(!checked(1));
+    assert_eq!(sketch_checks(), 4);
+    // Two epochs on, nothing counts for it: it is stored like any new key.
+    clock.advance(Duration::from_secs(20));
+    let before = sketch_checks();
+    assert!(checked(1));
+    assert_eq!(sketch_checks(), before);
+    assert_eq!(store.stats().entries, 1);
+}
+
+/// Threads checking many keys at once through a tiny table and sketch never
+/// admit more than a key's limit within its window.
+#[test]
+fn concurrent_checks_never_admit_beyond_a_keys_limit() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const KEYS: u16 = 64;
+    let policy = fixed_policy(3, 60);
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 8,
+            shards: 2,
+            width: 16,
+            depth: 2,
+        },
+        &clock,
+    );
+    let admitted: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|scope| {
+        for thread in 0..4u64 {
+            let (store, policy, admitted) = (&store, &policy, &admitted);
+            scope.spawn(move || {
+                let mut state = 0x9E37_79B9_7F4A_7C15 ^ thread;
+                for _ in 0..5_000 {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let subject = u16::try_from(state % u64::from(KEYS)).expect("small");
+                    let decision = store
+                        .check(&Check::new(policy, key(subject)))
+                        .expect("healthy");
+                    if decision.is_allowed() {
+                        admitted[usize::from(subject)].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert!(store.stats().overflow.expect("configured").checks > 0);
+    // The clock never moved: one window, at most the limit per key.
+    for (subject, count) in admitted.iter().enumerate() {
+        let count = count.load(Ordering::Relaxed);
+        assert!(count <= 3, "key {subject} admitted {count} times");
+    }
+}
