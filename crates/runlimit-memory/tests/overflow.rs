@@ -455,3 +455,34 @@ fn concurrent_checks_never_admit_beyond_a_keys_limit() {
         assert!(count <= 3, "key {subject} admitted {count} times");
     }
 }
+
+/// The sketch only counts up: refunding what it admitted credits nothing, and
+/// the key stays held to its limit.
+#[test]
+fn refunding_a_sketch_admission_credits_nothing() {
+    let policy = fixed_policy(1, 60);
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &ManualClock::new(),
+    );
+    assert!(
+        store
+            .check(&Check::new(&policy, key(0)))
+            .expect("healthy")
+            .is_allowed()
+    );
+    let check = Check::new(&policy, key(1));
+    let (decision, receipt) = store.admit(&check).expect("healthy").into_parts();
+    assert!(decision.is_allowed());
+    assert_eq!(store.stats().overflow.expect("configured").admitted, 1);
+    let refunded = store
+        .refund(&[check], receipt.expect("an admission's receipt"))
+        .expect("its own receipt");
+    assert_eq!(refunded.credited(), 0);
+    assert!(!store.check(&check).expect("healthy").is_allowed());
+}
