@@ -170,10 +170,12 @@
 //!   holds every algorithm, and [`AnyStore`], to an exact unbounded limiter
 //!   replayed on the admitted checks, with tables of a few keys and sketches
 //!   of a few cells.
-//! * **Nothing is forgotten.** A key the sketch counts anything for is
-//!   decided by the sketch until that count has dropped out (two windows
-//!   after its last admission, for windows), even when its shard has room
-//!   again; only then is it stored in the table. Sketch admissions return
+//! * **Nothing is forgotten.** A GCRA key the sketch counts is stored as
+//!   soon as its shard has room, from the arrival time its cells bound. A
+//!   window key the sketch counts anything for is decided by the sketch until
+//!   that count has dropped out (two windows after its last admission), even
+//!   when its shard has room again, and only then stored: an anchored window
+//!   cannot be rebuilt from epoch counts without admitting more. Sketch admissions return
 //!   receipts whose refunds credit nothing, and [`Store::reset`] cannot lower
 //!   a sketch's count: both err toward denying.
 //! * **Memory stays bounded.** Each sketch takes `width × depth × 8` bytes,

@@ -22,7 +22,9 @@
 //! A key the sketch counts something for (its estimate is not that of a
 //! fresh key) is decided by the sketch even when its shard has room again:
 //! it is stored only once its estimate is fresh, so the table never forgets
-//! what the sketch counted. Every sketch change for a key happens while its
+//! what the sketch counted. GCRA keys are the exception: an arrival time
+//! bound is a state, so such a key is stored from it as soon as there is
+//! room (a later arrival time only denies more). Every sketch change for a key happens while its
 //! shard is held exclusively, and a new key is stored in its shard only while
 //! the shard is held (staged under the read lock, or stored under the
 //! write lock), so a key is never counted in both.
@@ -391,6 +393,18 @@ impl Overflow {
         drop(sketches);
         self.live_until.fetch_max(live_until, Ordering::AcqRel);
         self.admitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The state a key's estimate bounds, for storing it in the table:
+    /// `None` unless its policy is counted by arrival time. The caller holds
+    /// the key's shard exclusively.
+    pub(crate) fn seed<A: Engine>(&self, policy: &A::Policy, key: &StoreKey) -> Option<A::State> {
+        if A::overflow_counting(policy) != Counting::ArrivalTime {
+            return None;
+        }
+        let cells = Cells::of(key, &self.config);
+        let tat = lock(&self.sketches).arrival.as_ref()?.estimate(&cells);
+        A::from_arrival_time(tat)
     }
 
     /// What a check of `cost` would get from the sketch at `now`, changing

@@ -486,3 +486,49 @@ fn refunding_a_sketch_admission_credits_nothing() {
     assert_eq!(refunded.credited(), 0);
     assert!(!store.check(&check).expect("healthy").is_allowed());
 }
+
+/// A GCRA key the sketch counts is stored as soon as its shard has room,
+/// from the arrival time its cells bound: it keeps what the sketch counted.
+#[test]
+fn a_counted_gcra_key_is_stored_with_its_bound_once_there_is_room() {
+    // Two units of burst, one replenished every ten seconds.
+    let policy = GcraPolicy::new(
+        PolicyId::new("overflow").expect("valid"),
+        scope(0),
+        1,
+        Duration::from_secs(10),
+        2,
+    )
+    .expect("valid");
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::Gcra>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &clock,
+    );
+    let checked = |subject: u16| {
+        store
+            .check(&Check::new(&policy, key(subject)))
+            .expect("healthy")
+            .is_allowed()
+    };
+    let sketch_checks = || store.stats().overflow.expect("configured").checks;
+    assert!(checked(0), "the first key is stored");
+    assert!(checked(1) && checked(1), "the second overflows");
+    assert_eq!(sketch_checks(), 2);
+    // Key 0 replenishes fully (its entry may go); key 1 has one unit back.
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        checked(1),
+        "stored from its bound, with the unit replenished"
+    );
+    assert_eq!(sketch_checks(), 2, "decided by the table");
+    assert!(
+        !checked(1),
+        "and nothing more: the sketch's count came along"
+    );
+}
