@@ -96,6 +96,15 @@ pub(crate) mod sealed {
     #[repr(align(64))]
     pub struct Align64;
 
+    /// How an algorithm's key is counted in the overflow tier.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Counting {
+        /// Units per window of `window` nanoseconds, at most `limit` of them.
+        Window { limit: u64, window: u64 },
+        /// An upper bound of the theoretical arrival time (GCRA).
+        ArrivalTime,
+    }
+
     /// What a refund does to a stored state.
     #[derive(Debug)]
     pub enum Credit<S> {
@@ -198,6 +207,23 @@ pub(crate) mod sealed {
             policy: &Self::Policy,
             state: runlimit_core::carry::StateNanos,
         ) -> Option<Self::State>;
+
+        /// How the overflow tier counts a key of `policy`.
+        fn overflow_counting(policy: &Self::Policy) -> Counting;
+
+        /// The state of a key whose theoretical arrival time is at most
+        /// `tat` (whole nanoseconds), for a policy counted by
+        /// [`Counting::ArrivalTime`](Counting).
+        fn from_arrival_time(_tat: u64) -> Option<Self::State> {
+            None
+        }
+
+        /// An upper bound of `state`'s theoretical arrival time in whole
+        /// nanoseconds, for a policy counted by
+        /// [`Counting::ArrivalTime`](Counting).
+        fn arrival_time_bound(_state: &Self::State) -> u64 {
+            u64::MAX
+        }
     }
 
     /// The next version after `version`, for a state whose receipts become
@@ -207,7 +233,8 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Align32, Align64, Credit, Engine, Evaluation, Packed, next_version};
+use sealed::{Align32, Align64, Counting, Credit, Engine, Evaluation, Packed, next_version};
+
 use std::sync::atomic::AtomicU64;
 
 /// The low 30 bits of an entry's second word hold a count or a GCRA
@@ -473,6 +500,13 @@ impl Engine for FixedWindow {
         })
     }
 
+    fn overflow_counting(policy: &FixedWindowPolicy) -> Counting {
+        Counting::Window {
+            limit: policy.limit(),
+            window: millis_to_nanos(policy.window_millis()),
+        }
+    }
+
     fn carried(_policy: &FixedWindowPolicy, state: StateNanos) -> Option<WindowState> {
         match state {
             CounterState::FixedWindow { used, expires_at } => Some(WindowState {
@@ -628,6 +662,21 @@ fn deny_whole(policy: &GcraPolicy, whole: u64, now: u64, check: &GcraNanos) -> O
 pub struct GcraState {
     tat: ExactNanos,
     version: u32,
+}
+
+impl GcraState {
+    /// A key whose theoretical arrival time is `tat` whole nanoseconds.
+    pub(crate) fn at(tat: u64) -> Self {
+        Self {
+            tat: ExactNanos::from_whole(tat),
+            version: 0,
+        }
+    }
+
+    /// An upper bound of the theoretical arrival time, in whole nanoseconds.
+    pub(crate) fn arrival_time_bound(&self) -> u64 {
+        self.tat.ceil_whole()
+    }
 }
 
 impl Packed for GcraState {
@@ -788,6 +837,18 @@ impl Engine for Gcra {
     }
     fn carry_source(policy: PolicyKind<'_>, state: &GcraState) -> Option<StateNanos> {
         matches!(policy, PolicyKind::Gcra(_)).then_some(CounterState::Gcra { arrival: state.tat })
+    }
+
+    fn overflow_counting(_policy: &GcraPolicy) -> Counting {
+        Counting::ArrivalTime
+    }
+
+    fn from_arrival_time(tat: u64) -> Option<GcraState> {
+        Some(GcraState::at(tat))
+    }
+
+    fn arrival_time_bound(state: &GcraState) -> u64 {
+        state.arrival_time_bound()
     }
 
     fn carried(_policy: &GcraPolicy, state: StateNanos) -> Option<GcraState> {
@@ -977,6 +1038,13 @@ impl Engine for SlidingWindow {
                 state.buckets(&SlidingNanos::new(policy)),
             )),
             _ => None,
+        }
+    }
+
+    fn overflow_counting(policy: &SlidingWindowPolicy) -> Counting {
+        Counting::Window {
+            limit: policy.limit(),
+            window: millis_to_nanos(policy.window_millis()),
         }
     }
 

@@ -7,7 +7,7 @@ use runlimit_core::{AnyPolicy, Decision, PolicyKind, carry::StateNanos, gcra::Ex
 
 use crate::algorithm::{
     Algorithm, FixedWindow, Gcra, GcraState, SlidingState, SlidingWindow, WindowState,
-    sealed::{Align64, Credit, Engine, Evaluation, Packed},
+    sealed::{Align64, Counting, Credit, Engine, Evaluation, Packed},
 };
 
 /// Every algorithm, chosen per check by its [`AnyPolicy`]: see
@@ -246,6 +246,26 @@ impl Engine for AnyAlgorithm {
             AnyState::FixedWindow(state) => FixedWindow::carry_source(policy, state),
             AnyState::SlidingWindow(state) => SlidingWindow::carry_source(policy, state),
             AnyState::Gcra(state) => Gcra::carry_source(policy, state),
+        }
+    }
+
+    fn overflow_counting(policy: &AnyPolicy) -> Counting {
+        match policy {
+            AnyPolicy::FixedWindow(policy) => FixedWindow::overflow_counting(policy),
+            AnyPolicy::SlidingWindow(policy) => SlidingWindow::overflow_counting(policy),
+            AnyPolicy::Gcra(policy) => Gcra::overflow_counting(policy),
+        }
+    }
+
+    fn from_arrival_time(tat: u64) -> Option<AnyState> {
+        Some(AnyState::Gcra(GcraState::at(tat)))
+    }
+
+    fn arrival_time_bound(state: &AnyState) -> u64 {
+        match state {
+            AnyState::Gcra(state) => state.arrival_time_bound(),
+            // Only GCRA policies are counted by arrival time.
+            AnyState::FixedWindow(_) | AnyState::SlidingWindow(_) => u64::MAX,
         }
     }
 

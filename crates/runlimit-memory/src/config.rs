@@ -17,6 +17,12 @@ pub const MAX_BATCH_SIZE: usize = 256;
 /// Expired entries a check may remove unless configured otherwise.
 pub const DEFAULT_CLEANUP_PER_CHECK: usize = 8;
 
+/// The widest overflow sketch row: 2<sup>24</sup> cells.
+pub const MAX_OVERFLOW_WIDTH: usize = 1 << 24;
+
+/// The most rows an overflow sketch may have.
+pub const MAX_OVERFLOW_DEPTH: usize = 8;
+
 /// Why a [`MemoryStoreConfig`] value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -48,6 +54,118 @@ pub enum ConfigError {
         /// The refused value.
         max_batch_size: usize,
     },
+    /// The overflow sketch's width was zero or above [`MAX_OVERFLOW_WIDTH`].
+    #[error("overflow width {width} is outside 1..={MAX_OVERFLOW_WIDTH}")]
+    OverflowWidthOutOfRange {
+        /// The refused value.
+        width: usize,
+    },
+    /// The overflow sketch's depth was zero or above [`MAX_OVERFLOW_DEPTH`].
+    #[error("overflow depth {depth} is outside 1..={MAX_OVERFLOW_DEPTH}")]
+    OverflowDepthOutOfRange {
+        /// The refused value.
+        depth: usize,
+    },
+}
+
+/// The size of a store's overflow tier: a count-min sketch of `depth` rows
+/// of `width` cells that decides the keys finding their shard full, instead
+/// of denying them with [`Denial::StorageCapacity`](runlimit_core::Denial).
+///
+/// A sketch only over-counts, so a key it decides is denied whenever the
+/// exact limiter would deny it, and sometimes when it would not (a false
+/// denial, from keys sharing its cells). With `n` keys counted in a window,
+/// each consuming `c` units, a key's estimate exceeds its own count by more
+/// than `e·n·c / width` with probability at most `e^-depth` (`e` ≈ 2.718):
+/// see the [crate documentation](crate#a-flood-of-distinct-keys) for sizing.
+///
+/// # Examples
+///
+/// ```
+/// use runlimit_memory::{MemoryStoreConfig, OverflowConfig};
+///
+/// let config = MemoryStoreConfig::new(50_000)?
+///     .with_overflow(OverflowConfig::new(1 << 20, 4)?);
+/// assert_eq!(config.overflow().map(|overflow| overflow.width()), Some(1 << 20));
+/// # Ok::<(), runlimit_memory::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(try_from = "OverflowRepr", into = "OverflowRepr")
+)]
+pub struct OverflowConfig {
+    width: usize,
+    depth: usize,
+}
+
+impl OverflowConfig {
+    /// A sketch of `depth` rows of `width` cells.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::OverflowWidthOutOfRange`] unless
+    /// `1 <= width <= MAX_OVERFLOW_WIDTH`;
+    /// [`ConfigError::OverflowDepthOutOfRange`] unless
+    /// `1 <= depth <= MAX_OVERFLOW_DEPTH`.
+    pub fn new(width: usize, depth: usize) -> Result<Self, ConfigError> {
+        if !(1..=MAX_OVERFLOW_WIDTH).contains(&width) {
+            return Err(ConfigError::OverflowWidthOutOfRange { width });
+        }
+        if !(1..=MAX_OVERFLOW_DEPTH).contains(&depth) {
+            return Err(ConfigError::OverflowDepthOutOfRange { depth });
+        }
+        Ok(Self { width, depth })
+    }
+
+    /// Cells per row.
+    #[must_use]
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Rows.
+    #[must_use]
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// The bytes one sketch's cells take: 8 per cell (two 32-bit epoch
+    /// counts for windows, one 64-bit arrival time for GCRA). A store keeps
+    /// one sketch per window length its overflowing keys use, at most
+    /// [`MAX_OVERFLOW_SKETCHES`](crate::MAX_OVERFLOW_SKETCHES).
+    #[must_use]
+    pub fn sketch_bytes(&self) -> usize {
+        self.width * self.depth * 8
+    }
+}
+
+#[cfg(feature = "serde")]
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OverflowRepr {
+    width: usize,
+    depth: usize,
+}
+
+#[cfg(feature = "serde")]
+impl TryFrom<OverflowRepr> for OverflowConfig {
+    type Error = ConfigError;
+
+    fn try_from(repr: OverflowRepr) -> Result<Self, ConfigError> {
+        Self::new(repr.width, repr.depth)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl From<OverflowConfig> for OverflowRepr {
+    fn from(config: OverflowConfig) -> Self {
+        Self {
+            width: config.width,
+            depth: config.depth,
+        }
+    }
 }
 
 /// How many keys a store holds, how they are sharded, and how much work each
@@ -73,6 +191,7 @@ pub struct MemoryStoreConfig {
     shard_count: usize,
     cleanup_per_check: usize,
     max_batch_size: usize,
+    overflow: Option<OverflowConfig>,
 }
 
 impl MemoryStoreConfig {
@@ -92,7 +211,26 @@ impl MemoryStoreConfig {
             shard_count: 1,
             cleanup_per_check: DEFAULT_CLEANUP_PER_CHECK,
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            overflow: None,
         })
+    }
+
+    /// Decides keys that find their shard full in an overflow sketch of this
+    /// size, instead of denying them with
+    /// [`Denial::StorageCapacity`](runlimit_core::Denial): a flood of distinct
+    /// keys then cannot lock new legitimate keys out. Off by default (the
+    /// specification's at-capacity denial); see the
+    /// [crate documentation](crate#a-flood-of-distinct-keys).
+    #[must_use]
+    pub fn with_overflow(mut self, overflow: OverflowConfig) -> Self {
+        self.overflow = Some(overflow);
+        self
+    }
+
+    /// The overflow sketch's size, when the store has one.
+    #[must_use]
+    pub fn overflow(&self) -> Option<OverflowConfig> {
+        self.overflow
     }
 
     /// Splits `max_keys` into `shard_count` fixed capacities, each behind its own
@@ -189,6 +327,8 @@ struct ConfigRepr {
     shard_count: usize,
     cleanup_per_check: usize,
     max_batch_size: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    overflow: Option<OverflowConfig>,
 }
 
 #[cfg(feature = "serde")]
@@ -196,10 +336,14 @@ impl TryFrom<ConfigRepr> for MemoryStoreConfig {
     type Error = ConfigError;
 
     fn try_from(repr: ConfigRepr) -> Result<Self, ConfigError> {
-        Self::new(repr.max_keys)?
+        let config = Self::new(repr.max_keys)?
             .with_shard_count(repr.shard_count)?
             .with_cleanup_per_check(repr.cleanup_per_check)?
-            .with_max_batch_size(repr.max_batch_size)
+            .with_max_batch_size(repr.max_batch_size)?;
+        Ok(match repr.overflow {
+            Some(overflow) => config.with_overflow(overflow),
+            None => config,
+        })
     }
 }
 
@@ -211,6 +355,7 @@ impl From<MemoryStoreConfig> for ConfigRepr {
             shard_count: config.shard_count,
             cleanup_per_check: config.cleanup_per_check,
             max_batch_size: config.max_batch_size,
+            overflow: config.overflow,
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::{
     clock::{Clock, StoreClock},
     config::MemoryStoreConfig,
     error::MemoryStoreError,
+    overflow::{Overflow, Overflowed, Pending},
     shard::{ExclusiveTable, Shard, SharedTable},
     stats::{MemoryStoreStats, ShardStats},
     table::{Entry, HeldEntry, SlotId, StoreKey, Table},
@@ -41,13 +42,20 @@ pub struct Store<A: Algorithm> {
     clock: StoreClock,
     observer: Option<Arc<dyn Observer>>,
     name: StoreName,
+    /// Decides keys that find their shard full, when configured.
+    overflow: Option<Overflow>,
 }
 
 /// Batches up to this size keep their working state on the stack.
 const INLINE_BATCH: usize = 4;
 
-/// The states an allowed batch committed, in check order (empty otherwise).
-type Committed<S> = SmallVec<[S; INLINE_BATCH]>;
+/// The receipt stamps of what an allowed batch committed, in check order
+/// (empty otherwise).
+type Committed = SmallVec<[[u64; 3]; INLINE_BATCH]>;
+
+/// The stamp of an admission the overflow tier decided: no state's stamp is
+/// ever this, so refunding it credits nothing (the sketch only counts up).
+const OVERFLOW_STAMP: [u64; 3] = [u64::MAX; 3];
 
 /// A single check's decision and, when allowed, the receipt stamp of the
 /// state it committed (three words, rather than a state of up to six: the
@@ -55,7 +63,7 @@ type Committed<S> = SmallVec<[S; INLINE_BATCH]>;
 type Checked = Result<(Decision, Option<[u64; 3]>), MemoryStoreError>;
 
 /// A batch's decision and the states it committed.
-type BatchChecked<S> = Result<(BatchDecision, Committed<S>), MemoryStoreError>;
+type BatchChecked = Result<(BatchDecision, Committed), MemoryStoreError>;
 
 /// One check of a batch while it is being decided.
 struct Item<S> {
@@ -69,6 +77,9 @@ struct Item<S> {
     carried: Option<(S, CarriedFrom)>,
     /// The carried state the check started from, if it started from one.
     started_from: Option<S>,
+    /// What the overflow tier records if the batch is allowed, for a key it
+    /// decided.
+    overflowed: Option<Pending>,
 }
 
 /// What a locked operation did that observers may want to hear about.
@@ -95,6 +106,7 @@ impl<A: Algorithm> Store<A> {
             clock: StoreClock::default(),
             observer: None,
             name: StoreName::default(),
+            overflow: config.overflow().map(Overflow::new),
         }
     }
 
@@ -386,10 +398,10 @@ impl<A: Algorithm> Store<A> {
         let clock_now = self.now_nanos();
         let mut staging = table.staging();
         let now = shard.advance(clock_now);
-        if !staging.accepts(key, now) {
+        let policy = check.policy();
+        if !staging.accepts(key, now) || !self.is_fresh(policy, key, now) {
             return None;
         }
-        let policy = check.policy();
         Some(Ok(match A::evaluate(policy, None, check.cost(), now) {
             Evaluation::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
             Evaluation::Allowed { admitted, next } => {
@@ -437,6 +449,17 @@ impl<A: Algorithm> Store<A> {
         let found = table.find(key);
         let now = shard.advance(self.now_nanos());
         let policy = check.policy();
+        if found.is_none() && !self.is_fresh(policy, key, now) {
+            if carried.is_none()
+                && let Some(seeded) =
+                    self.seed_from_overflow(&mut table, shard_index, key, check, now, effects)
+            {
+                return Ok(seeded);
+            }
+            // The overflow tier counts this key: it decides it until it
+            // counts nothing for it, so the table forgets nothing.
+            return Ok(self.check_overflowed(&table, key, check, carried.is_some(), now));
+        }
         let (initial, carries) = start_from::<A>(found.map(|(_, state)| state), carried, now);
         let (decision, keep) = match A::evaluate(policy, initial, check.cost(), now) {
             // A carried state is kept even when the check is denied: carrying
@@ -480,7 +503,7 @@ impl<A: Algorithm> Store<A> {
                 effects.carried = carries;
                 (A::decision(policy, admitted), Some(A::stamp(&stored)))
             }
-            (Ok(_), None) => (Decision::denied(capacity_denial(&table, now)), None),
+            (Ok(_), None) => self.check_overflowed(&table, key, check, carries.is_some(), now),
             (Err(denied), stored) => {
                 if stored.is_some() {
                     effects.carried = carries;
@@ -488,6 +511,110 @@ impl<A: Algorithm> Store<A> {
                 (denied, None)
             }
         })
+    }
+
+    /// Whether `key`, not stored in its shard, may be stored: the overflow
+    /// tier (if any) counts nothing for it. The caller holds the key's shard.
+    #[inline]
+    fn is_fresh(&self, policy: &A::Policy, key: &StoreKey, now: u64) -> bool {
+        self.overflow
+            .as_ref()
+            .is_none_or(|overflow| overflow.is_fresh::<A>(policy, key, now))
+    }
+
+    /// Stores a key the overflow tier counts, from the state its estimate
+    /// bounds, when the algorithm's state can hold that bound (a GCRA
+    /// arrival time: a later one denies more, so the entry stays at least as
+    /// strict as the sketch) and the shard has room; `None` otherwise, and
+    /// when the check is denied (the sketch keeps deciding the key then).
+    /// Window counts cannot seed an anchored entry (its anchor is unknown),
+    /// so window keys stay with the sketch until their count drops out.
+    #[cold]
+    fn seed_from_overflow(
+        &self,
+        table: &mut ExclusiveTable<'_, A::State>,
+        shard_index: usize,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Option<(Decision, Option<[u64; 3]>)> {
+        let policy = check.policy();
+        let seed = self.overflow.as_ref()?.seed::<A>(policy, key)?;
+        if table.cleans_on_insert() {
+            self.clean(table, self.config.cleanup_per_check(), now, &[], effects);
+        }
+        if table.headroom() == 0 {
+            return None;
+        }
+        let Evaluation::Allowed { admitted, next } =
+            A::evaluate(policy, Some(seed), check.cost(), now)
+        else {
+            return None;
+        };
+        let stored = table.insert(*key, next);
+        if self.observer.is_some() {
+            effects.capacity.push(capacity_of(table, shard_index));
+        }
+        Some((A::decision(policy, admitted), Some(A::stamp(&stored))))
+    }
+
+    /// Decides a key its shard does not store and will not store now, in the
+    /// overflow tier; without one (or for a key carrying a source's state,
+    /// which the sketch cannot hold), denies it for capacity. The caller holds
+    /// the key's shard exclusively.
+    #[cold]
+    #[inline(never)]
+    fn check_overflowed(
+        &self,
+        table: &Table<A::State>,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        carries: bool,
+        now: u64,
+    ) -> (Decision, Option<[u64; 3]>) {
+        let policy = check.policy();
+        let capacity = || (Decision::denied(capacity_denial(table, now)), None);
+        let Some(overflow) = &self.overflow else {
+            return capacity();
+        };
+        if carries {
+            overflow.refuse();
+            return capacity();
+        }
+        match overflow.evaluate::<A>(policy, key, check.cost(), now) {
+            Overflowed::Allowed(decision, pending) => {
+                overflow.record(key, pending, now);
+                (decision, Some(OVERFLOW_STAMP))
+            }
+            Overflowed::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
+            Overflowed::Refused => capacity(),
+        }
+    }
+
+    /// A batch check the overflow tier decides, recording nothing until the
+    /// batch is allowed: its decision, and what to record then.
+    fn batch_overflowed(
+        &self,
+        table: &Table<A::State>,
+        item: &Item<A::State>,
+        check: &Check<'_, A::Policy>,
+        now: u64,
+    ) -> (Decision, Option<Pending>) {
+        let policy = check.policy();
+        let capacity = || (Decision::denied(capacity_denial(table, now)), None);
+        let Some(overflow) = &self.overflow else {
+            return capacity();
+        };
+        if item.carried.is_some() {
+            overflow.refuse();
+            return capacity();
+        }
+        match overflow.evaluate::<A>(policy, &item.key, check.cost(), now) {
+            Overflowed::Allowed(decision, pending) => (decision, Some(pending)),
+            Overflowed::Denied(denial) => (Decision::for_mode(policy.quota_mode(), denial), None),
+            Overflowed::Refused => capacity(),
+        }
     }
 
     /// Evaluates an atomic batch: every check is consumed, or none is.
@@ -527,14 +654,14 @@ impl<A: Algorithm> Store<A> {
                 checks
                     .iter()
                     .zip(&committed)
-                    .map(|(check, state)| Admitted::new(check, Stamp::new(A::stamp(state)))),
+                    .map(|(check, stamp)| Admitted::new(check, Stamp::new(*stamp))),
             )
         });
         Ok(Admission::new(batch, receipt))
     }
 
     /// One batch, observed; with the states it committed when allowed.
-    fn check_all_reported(&self, checks: &[Check<'_, A::Policy>]) -> BatchChecked<A::State> {
+    fn check_all_reported(&self, checks: &[Check<'_, A::Policy>]) -> BatchChecked {
         let report = AdmissionReporter::start(self.observer.as_deref());
         let mut effects = Effects::default();
         let result = self.check_all_inner(checks, &mut effects);
@@ -551,7 +678,7 @@ impl<A: Algorithm> Store<A> {
         &self,
         checks: &[Check<'_, A::Policy>],
         effects: &mut Effects,
-    ) -> BatchChecked<A::State> {
+    ) -> BatchChecked {
         validate_batch(checks, self.config.max_batch_size())?;
         let shard_count = self.shards.len();
         // Built by pushing in place: collecting into a SmallVec moves it afterwards.
@@ -567,6 +694,7 @@ impl<A: Algorithm> Store<A> {
                 next: None,
                 carried: None,
                 started_from: None,
+                overflowed: None,
             });
             if !shard_indices.contains(&shard) {
                 shard_indices.push(shard);
@@ -621,6 +749,12 @@ impl<A: Algorithm> Store<A> {
             let found = table.find(&item.key);
             item.slot = found.map(|(slot, _)| slot);
             let policy = check.policy();
+            if found.is_none() && !self.is_fresh(policy, &item.key, now) {
+                let (decision, pending) = self.batch_overflowed(table, item, check, now);
+                decisions.push(decision);
+                item.overflowed = pending;
+                continue;
+            }
             let (initial, carries) =
                 start_from::<A>(found.map(|(_, state)| state), item.carried, now);
             item.started_from = carries.and(initial);
@@ -667,12 +801,16 @@ impl<A: Algorithm> Store<A> {
                 );
             }
             let mut headroom = table.headroom();
-            for (item, decision) in items.iter_mut().zip(decisions.iter_mut()) {
+            for ((check, item), decision) in checks
+                .iter()
+                .zip(items.iter_mut())
+                .zip(decisions.iter_mut())
+            {
                 if item.shard != shard_index || item.slot.is_some() || item.next.is_none() {
                     continue;
                 }
                 if headroom == 0 {
-                    *decision = Decision::denied(capacity_denial(table, now));
+                    (*decision, item.overflowed) = self.batch_overflowed(table, item, check, now);
                     item.next = None;
                 } else {
                     headroom -= 1;
@@ -682,6 +820,15 @@ impl<A: Algorithm> Store<A> {
 
         let batch = BatchDecision::from_decisions(decisions);
         let mut committed = Committed::new();
+        if let Some(overflow) = &self.overflow
+            && batch.is_allowed()
+        {
+            for item in &items {
+                if let Some(pending) = item.overflowed {
+                    overflow.record(&item.key, pending, now);
+                }
+            }
+        }
         if !batch.is_allowed() {
             // Carrying is not consuming: a denied batch keeps the states its
             // checks carried, so they drain from now on.
@@ -706,8 +853,13 @@ impl<A: Algorithm> Store<A> {
             }
         }
         if batch.is_allowed() {
-            // Every check of an allowed batch has a next state.
-            committed.extend(items.iter().filter_map(|item| item.next));
+            // Every check of an allowed batch has a next state, or the
+            // overflow tier decided it.
+            committed.extend(items.iter().filter_map(|item| {
+                item.next
+                    .map(|next| A::stamp(&next))
+                    .or(item.overflowed.map(|_| OVERFLOW_STAMP))
+            }));
         }
         if self.observer.is_some() {
             for (table, &shard_index) in guards.iter().zip(&shard_indices) {
@@ -734,7 +886,7 @@ impl<A: Algorithm> Store<A> {
         items: &mut [Item<A::State>],
         shard_indices: &[usize],
         effects: &mut Effects,
-    ) -> Option<BatchChecked<A::State>> {
+    ) -> Option<BatchChecked> {
         // Ascending, like exclusive holders, so the two never wait on each other
         // in a cycle.
         let mut tables: SmallVec<[SharedTable<'_, A::State>; INLINE_BATCH]> =
@@ -782,7 +934,7 @@ impl<A: Algorithm> Store<A> {
             for (entry, item) in held.drain(..).zip(items.iter()) {
                 if let Some(next) = item.next {
                     entry.commit(next);
-                    committed.push(next);
+                    committed.push(A::stamp(&next));
                 }
             }
         }
@@ -931,6 +1083,19 @@ impl<A: Algorithm> Store<A> {
         } else {
             None
         };
+        // A key the overflow tier counts reads as the tier would decide it.
+        if found.is_none()
+            && carried.is_none()
+            && let Some(overflow) = &self.overflow
+            && let Some(decision) = overflow.peek::<A>(
+                policy,
+                &StoreKey::new(&check.counter_key()),
+                check.cost(),
+                now,
+            )
+        {
+            return Ok(decision);
+        }
         let (initial, _) = start_from::<A>(found, carried, now);
         Ok(A::peek(policy, initial, check.cost(), now))
     }
@@ -1071,6 +1236,7 @@ impl<A: Algorithm> Store<A> {
             entries: shards.iter().map(|shard| shard.entries).sum(),
             capacity: self.config.max_keys(),
             shards,
+            overflow: self.overflow.as_ref().map(Overflow::stats),
         }
     }
 
@@ -1088,6 +1254,10 @@ impl<A: Algorithm> Store<A> {
         }
         for table in &mut guards {
             table.clear();
+        }
+        // While every shard is held, so no check counts in the sketch now.
+        if let Some(overflow) = &self.overflow {
+            overflow.clear();
         }
         Ok(())
     }

@@ -69,6 +69,14 @@ fn mix(word: u64) -> u64 {
     product ^ (product >> 29)
 }
 
+/// SplitMix64's finalizer: every input bit flips every output bit with
+/// probability one half.
+fn avalanche(word: u64) -> u64 {
+    let word = (word ^ (word >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let word = (word ^ (word >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    word ^ (word >> 31)
+}
+
 impl StoreKey {
     #[inline]
     pub(crate) fn new(counter: &CounterKey) -> Self {
@@ -90,6 +98,15 @@ impl StoreKey {
     #[inline]
     fn table_hash(&self) -> u64 {
         mix(self.0[0])
+    }
+
+    /// The hash choosing this key's cell in row `row` of an overflow sketch:
+    /// both words through a full-avalanche mixer seeded per row, so rows are
+    /// independent of each other and of the table's and shard's hashes.
+    #[inline]
+    pub(crate) fn sketch_hash(&self, row: usize) -> u64 {
+        let seed = (row as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F);
+        avalanche(self.0[0] ^ seed) ^ avalanche(self.0[1].wrapping_add(seed)).rotate_left(32)
     }
 
     /// The shard this key lives in, from the word the table hash does not use.
