@@ -8,7 +8,7 @@
 //!   Its quotas are this process's own: with several replicas, each
 //!   counts alone.
 //! * `redis`: one Redis server (`--redis-url`), through
-//!   [`RedisLimiter`](runlimit_redis::RedisLimiter) with a
+//!   [`RedisLimiter`] with a
 //!   [`RedisConnection`](runlimit_redis::RedisConnection) that reconnects
 //!   in the background.
 //! * `redis-cluster`: a Redis Cluster (`--redis-cluster-nodes`, any
@@ -16,13 +16,13 @@
 //!   round trip per hash slot, in parallel: see [`SlotBatches`] for the
 //!   all-or-nothing rule across slots.
 //! * `postgres`: a PostgreSQL database (`--postgres-url`), through
-//!   [`PostgresLimiter`](runlimit_postgres::PostgresLimiter) on a pool of
+//!   [`PostgresLimiter`] on a pool of
 //!   its own; the schema is migrated when the database is first reached.
 //!
 //! A shared backend (every one but `memory`) is built like this:
 //!
 //! * **Denial cache in front.** A
-//!   [`DenialCache`](runlimit_memory::DenialCache)
+//!   [`DenialCache`]
 //!   (`cache.in_front_of(limiter)`) answers a key known to be over its
 //!   limit without a round trip, until the store said it could retry.
 //! * **Leases for hot rules.** Rules with `rate_limit.runlimit.lease: true`
