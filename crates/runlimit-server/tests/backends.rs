@@ -147,6 +147,59 @@ async fn requests_over_cluster_slots_are_counted_all_or_nothing() {
     assert_eq!(response.statuses[0].limit_remaining, 92);
 }
 
+const QUOTA_RULES: &str = "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_by_quota_mode_gives_back_every_slot_of_its_batch() {
+    let Some(nodes) = service("RUNLIMIT_REDIS_CLUSTER_TEST_NODES") else {
+        return;
+    };
+    let redis = RedisLimiter::<_, AnyPolicy>::connect_cluster(
+        nodes.split(','),
+        redis_config("quota-slots"),
+    )
+    .await
+    .expect("the cluster answers");
+    let shared = Arc::new(SharedConfig::new(config(QUOTA_RULES)));
+    let decider = decider_on(SlotBatches::new(redis), &shared);
+    let ask = || {
+        request(
+            "d",
+            vec![
+                descriptor(&[("a", "x")]),
+                descriptor(&[("b", "y")]),
+                descriptor(&[("q", "z")]),
+            ],
+        )
+    };
+    // The first request takes the quota-mode descriptor's one unit.
+    let response = decider.should_rate_limit(&ask()).await.expect("decided");
+    assert_eq!(response.overall_code(), Code::Ok);
+    // Every quota-mode descriptor is over now: the request is over, and the
+    // enforced batch it counted on two slots is given back.
+    let response = decider.should_rate_limit(&ask()).await.expect("decided");
+    assert_eq!(response.overall_code(), Code::OverLimit);
+    for key in ["a", "b"] {
+        let value = if key == "a" { "x" } else { "y" };
+        let mut peek = request("d", vec![descriptor(&[(key, value)])]);
+        peek.descriptors[0].hits_addend = Some(0);
+        let response = decider.should_rate_limit(&peek).await.expect("decided");
+        assert_eq!(
+            response.statuses[0].limit_remaining, 9,
+            "{key} counted once"
+        );
+    }
+}
+
 const HOT_RULE: &str = "domain: d
 descriptors:
   - key: hot

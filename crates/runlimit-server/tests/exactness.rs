@@ -1,11 +1,13 @@
-//! Exactness across processes: four built servers on one Redis, and on one
-//! PostgreSQL, each asked by sixteen concurrent clients, admit exactly a
+//! Exactness across processes: four built servers on one Redis, on one
+//! Redis Cluster (the descriptors of a request on different slots) and on
+//! one PostgreSQL, each asked by sixteen concurrent clients, admit exactly a
 //! descriptor's limit in total; and a request of two descriptors counts
 //! both or neither.
 //!
-//! Each test runs a store of its own (see `tests/faults.rs`); it skips with a
-//! printed reason when the programs are missing, unless
-//! `RUNLIMIT_REQUIRE_SERVICES=1`.
+//! The Redis and PostgreSQL tests run a store of their own (see
+//! `tests/faults.rs`), the cluster test uses
+//! `RUNLIMIT_REDIS_CLUSTER_TEST_NODES`; each skips with a printed reason
+//! when its service is missing, unless `RUNLIMIT_REQUIRE_SERVICES=1`.
 #![cfg(unix)]
 
 mod common;
@@ -19,7 +21,7 @@ use common::{
     TempDir,
     binary::{BOUND, Serving, serve},
     descriptor, request,
-    services::{PrivatePostgres, PrivateRedis},
+    services::{PrivatePostgres, PrivateRedis, service},
 };
 use runlimit_server::proto::{
     RateLimitDescriptor, RateLimitServiceClient, rate_limit_response::Code,
@@ -142,6 +144,35 @@ async fn four_servers_on_one_redis_admit_exactly_the_limit() {
     let (_dir, servers) = servers(
         "exact-redis",
         &["--backend", "redis", "--redis-url", &redis.url],
+    )
+    .await;
+    exact(&servers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_servers_on_one_redis_cluster_admit_exactly_the_limit() {
+    // The shared test cluster (`scripts/redis-cluster.sh start`), under a
+    // prefix of this run's own.
+    let Some(nodes) = service("RUNLIMIT_REDIS_CLUSTER_TEST_NODES") else {
+        return;
+    };
+    let prefix = format!(
+        "rl-server-exact:{}:{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos())
+    );
+    let (_dir, servers) = servers(
+        "exact-cluster",
+        &[
+            "--backend",
+            "redis-cluster",
+            "--redis-cluster-nodes",
+            &nodes,
+            "--redis-prefix",
+            &prefix,
+        ],
     )
     .await;
     exact(&servers).await;
