@@ -180,7 +180,7 @@ async fn four_servers_on_one_redis_cluster_admit_exactly_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_servers_on_one_postgres_admit_exactly_the_limit() {
-    let Some(postgres) = PrivatePostgres::start("exact-postgres") else {
+    let Some(postgres) = PrivatePostgres::start("exact-postgres", None) else {
         return;
     };
     let (_dir, servers) = servers(

@@ -149,7 +149,7 @@ async fn a_server_started_without_its_redis_serves_unavailable_then_admits_when_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_postgres_answers_unavailable_and_a_resumed_one_admits() {
-    let Some(postgres) = PrivatePostgres::start("faults-postgres") else {
+    let Some(postgres) = PrivatePostgres::start("faults-postgres", None) else {
         return;
     };
     let (dir, secret) = setup("faults-postgres-server");
@@ -178,5 +178,34 @@ async fn a_stopped_postgres_answers_unavailable_and_a_resumed_one_admits() {
     signal("STOP", &stopped);
     unavailable(&mut client, 10).await;
     signal("CONT", &stopped);
+    admits_again(&mut client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_without_its_postgres_serves_unavailable_then_admits_when_it_comes_up() {
+    let port = free_port();
+    let (dir, secret) = setup("faults-postgres-late");
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let server = serve(
+        &dir,
+        &[
+            "--secret-file",
+            &secret,
+            "--backend",
+            "postgres",
+            "--postgres-url",
+            &url,
+            "--postgres-max-connections",
+            "4",
+            "--budget",
+            "500ms",
+        ],
+    )
+    .await;
+    let mut client = client(&server).await;
+    unavailable(&mut client, 5).await;
+    let Some(_postgres) = PrivatePostgres::start("faults-postgres-late-db", Some(port)) else {
+        return;
+    };
     admits_again(&mut client).await;
 }

@@ -21,6 +21,10 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(25);
 /// up is used within about this long.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_millis(500);
 
+/// How long the server's start waits for the first attempt; a slower one
+/// is tried again in the background while the server serves.
+const FIRST_ATTEMPT: Duration = Duration::from_secs(1);
+
 /// A limiter that is built, once, by a task that tries until it succeeds.
 ///
 /// Until then every call fails at once with
@@ -64,14 +68,14 @@ impl<E: MayHaveConsumed> MayHaveConsumed for ConnectingError<E> {
 }
 
 impl<L: Send + Sync + 'static> Connecting<L> {
-    /// Tries `connect` once and, if it fails, keeps trying on a task of its
-    /// own, with pauses from 25 ms doubling up to [`MAX_RETRY_DELAY`],
+    /// Tries `connect` once, for at most a second, and, if it fails, keeps
+    /// trying on a task of its own, with pauses from 25 ms doubling up to [`MAX_RETRY_DELAY`],
     /// until it succeeds or the limiter is dropped. `backend` names the store
     /// in logs and errors; failures are logged, never with their URL.
     ///
     /// # Panics
     ///
-    /// Outside a Tokio runtime, when the first attempt fails.
+    /// Outside a Tokio runtime with its timer enabled.
     pub async fn start<F, Fut, E>(backend: &'static str, connect: F) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
@@ -79,15 +83,22 @@ impl<L: Send + Sync + 'static> Connecting<L> {
         E: std::error::Error + 'static,
     {
         let limiter = Arc::new(OnceLock::new());
-        match connect().await {
-            Ok(connected) => {
+        match tokio::time::timeout(FIRST_ATTEMPT, connect()).await {
+            Ok(Ok(connected)) => {
                 let _ = limiter.set(connected);
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tracing::warn!(
                     backend,
                     error = %error,
                     "cannot reach the backend: answering UNAVAILABLE while retrying"
+                );
+                tokio::spawn(retry(Arc::downgrade(&limiter), backend, connect));
+            }
+            Err(_) => {
+                tracing::warn!(
+                    backend,
+                    "the backend did not answer in time: answering UNAVAILABLE while retrying"
                 );
                 tokio::spawn(retry(Arc::downgrade(&limiter), backend, connect));
             }

@@ -132,9 +132,9 @@ fn running_as_root() -> bool {
 }
 
 impl PrivatePostgres {
-    /// Creates and starts one on a free port, or a skip when PostgreSQL's
-    /// programs are not installed.
-    pub fn start(name: &str) -> Option<Self> {
+    /// Creates and starts one on `port` (a free one when `None`), or a skip
+    /// when PostgreSQL's programs are not installed.
+    pub fn start(name: &str, port: Option<u16>) -> Option<Self> {
         if !Path::new(POSTGRES_BIN).join("initdb").exists() {
             return skip(&format!("{POSTGRES_BIN}/initdb is not installed"));
         }
@@ -156,7 +156,7 @@ impl PrivatePostgres {
             .status()
             .expect("initdb runs");
         assert!(status.success(), "initdb");
-        let port = free_port();
+        let port = port.unwrap_or_else(free_port);
         let options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=200",
             dir.path().display()
