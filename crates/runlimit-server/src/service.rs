@@ -385,14 +385,29 @@ where
         Ok(respond::respond(request, &plan, &decided, extras))
     }
 
-    /// Logs a failure, at most once a second: an outage would otherwise
-    /// log every request.
+    /// Logs a failure with its causes, at most once a second: an outage
+    /// would otherwise log every request. (Errors name no subject or value.)
     fn log_failure(&self, error: &dyn std::error::Error, message: &str) {
         let now = self.started.elapsed().as_secs();
         let last = self.logged.swap(now, Ordering::Relaxed);
         if last != now {
-            tracing::warn!(error = %error, "{message}");
+            tracing::warn!(error = %Causes(error), "{message}");
         }
+    }
+}
+
+/// An error and its sources, as `error: cause: cause`.
+struct Causes<'a>(&'a dyn std::error::Error);
+
+impl std::fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -408,5 +423,26 @@ where
             .await
             .map(Response::new)
             .map_err(|error| error.to_status())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Causes;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the backend failed")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Inner;
+
+    #[test]
+    fn a_logged_failure_names_its_causes() {
+        assert_eq!(
+            Causes(&Outer(Inner)).to_string(),
+            "the backend failed: connection refused"
+        );
     }
 }
