@@ -140,6 +140,11 @@ impl PeerIp {
         Ok(self)
     }
 
+    /// The IPv6 prefix length peers are keyed on.
+    pub(crate) fn ipv6_prefix(&self) -> u8 {
+        self.ipv6_prefix
+    }
+
     /// The subject bytes for `address`.
     fn subject(&self, address: IpAddr) -> SmallSubject {
         match address.to_canonical() {
@@ -188,6 +193,16 @@ fn connect_info<T: Clone + Send + Sync + 'static>(parts: &Parts) -> Option<&T> {
                 .get::<MockConnectInfo<T>>()
                 .map(|MockConnectInfo(info)| info)
         })
+}
+
+/// Whether the request's peer, as [`PeerIp`] finds it, is an IPv6 address
+/// (IPv4-mapped ones count as IPv4); `None` without a peer address.
+pub(crate) fn is_ipv6_peer(parts: &Parts) -> Option<bool> {
+    let address = match connect_info::<PeerConnection>(parts) {
+        Some(connection) => connection.address().ip(),
+        None => connect_info::<SocketAddr>(parts)?.ip(),
+    };
+    Some(address.to_canonical().is_ipv6())
 }
 
 impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {
