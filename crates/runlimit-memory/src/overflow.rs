@@ -114,10 +114,10 @@ enum WindowEstimate {
 }
 
 impl WindowSketch {
-    fn new(window: u64, cells: usize) -> Self {
+    fn new(window: u64, epoch: u64, cells: usize) -> Self {
         Self {
             window,
-            epoch: 0,
+            epoch,
             current: vec![0; cells].into_boxed_slice(),
             previous: vec![0; cells].into_boxed_slice(),
         }
@@ -302,20 +302,23 @@ impl Overflow {
         now: u64,
     ) -> Overflowed {
         let cells = Cells::of(key, &self.config);
-        let sketches = lock(&self.sketches);
+        let cells_len = self.cells_len();
+        let mut sketches = lock(&self.sketches);
         let decided = match A::overflow_counting(policy) {
             Counting::Window { limit, window } => {
-                let known = sketches
+                // Allocated here rather than when recording, so the number
+                // of sketches stays within its bound whatever runs between.
+                let position = match sketches
                     .windows
                     .iter()
-                    .find(|sketch| sketch.window == window);
-                let estimate = match known {
-                    Some(sketch) => sketch.estimate(&cells, now),
+                    .position(|sketch| sketch.window == window)
+                {
+                    Some(position) => position,
                     None if sketches.windows.len() < MAX_OVERFLOW_SKETCHES => {
-                        WindowEstimate::Counted {
-                            current: 0,
-                            previous: 0,
-                        }
+                        sketches
+                            .windows
+                            .push(WindowSketch::new(window, now / window, cells_len));
+                        sketches.windows.len() - 1
                     }
                     None => {
                         drop(sketches);
@@ -323,6 +326,8 @@ impl Overflow {
                         return Overflowed::Refused;
                     }
                 };
+                let estimate = sketches.windows[position].estimate(&cells, now);
+                drop(sketches);
                 window_evaluation(limit, window, estimate, cost, now)
             }
             Counting::ArrivalTime => {
@@ -355,20 +360,15 @@ impl Overflow {
         let live_until = match pending {
             Pending::Window { window, cost } => {
                 let epoch = now / window;
-                let position = match sketches
+                let Some(sketch) = sketches
                     .windows
-                    .iter()
-                    .position(|sketch| sketch.window == window)
-                {
-                    Some(position) => position,
-                    None => {
-                        let mut sketch = WindowSketch::new(window, cells_len);
-                        sketch.epoch = epoch;
-                        sketches.windows.push(sketch);
-                        sketches.windows.len() - 1
-                    }
+                    .iter_mut()
+                    .find(|sketch| sketch.window == window)
+                else {
+                    // Evaluate allocated it, and only clearing the store
+                    // (which holds every shard) removes it.
+                    return;
                 };
-                let sketch = &mut sketches.windows[position];
                 sketch.advance(epoch);
                 // Another shard's clock may have moved the sketch on since
                 // the check was decided: its unit then counts in the previous

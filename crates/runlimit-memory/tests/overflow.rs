@@ -1,0 +1,325 @@
+//! The overflow tier never admits what an exact limiter would deny.
+//!
+//! A protected store (a tiny table, a tiny sketch, so most keys overflow and
+//! share cells) runs random checks over many keys; every check it admits is
+//! replayed on an exact reference, the same algorithm with room for every
+//! key (itself held to plain models by `model.rs` and `sliding.rs`), which
+//! must admit it too. The reference sees only what the protected store
+//! admitted: that is the history whose every window the policy bounds.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use runlimit_core::{
+    AnyPolicy, Check, Decision, Denial, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId,
+    SlidingWindowPolicy, SubjectKey,
+};
+use runlimit_memory::{
+    Algorithm, AnyStore, GcraStore, ManualClock, MemoryStore, MemoryStoreConfig, OverflowConfig,
+    SlidingWindowStore, Store,
+};
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// (policy, subject, cost) checked alone.
+    Check(usize, u16, u64),
+    /// Checked as one atomic batch (duplicates dropped).
+    Batch(Vec<(usize, u16)>),
+    /// Advance the clock by this many milliseconds.
+    Advance(u64),
+    /// Forget a counter in both stores.
+    Reset(usize, u16),
+}
+
+const SUBJECTS: u16 = 48;
+
+fn ops(policies: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        8 => (0..policies, 0..SUBJECTS, 1u64..3).prop_map(|(p, s, c)| Op::Check(p, s, c)),
+        1 => prop::collection::vec((0..policies, 0..SUBJECTS), 1..4).prop_map(Op::Batch),
+        3 => (0u64..700).prop_map(Op::Advance),
+        1 => (0..policies, 0..SUBJECTS).prop_map(|(p, s)| Op::Reset(p, s)),
+    ];
+    prop::collection::vec(op, 1..300)
+}
+
+fn key(subject: u16) -> SubjectKey {
+    let mut digest = [0u8; 32];
+    for (index, byte) in digest.iter_mut().enumerate() {
+        let mixed = (u32::from(subject) + 1).wrapping_mul(0x9E37_79B1) >> (index % 24);
+        *byte = (mixed as u8) ^ (index as u8).wrapping_mul(31);
+    }
+    SubjectKey::from_digest(digest)
+}
+
+fn scope(index: usize) -> ScopeId {
+    ScopeId::new(format!("scope-{index}")).expect("valid")
+}
+
+fn window(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+/// A tiny store: `max_keys` keys over `shards` shards, and a sketch of
+/// `depth` rows of `width` cells.
+#[derive(Debug, Clone, Copy)]
+struct Tiny {
+    max_keys: usize,
+    shards: usize,
+    width: usize,
+    depth: usize,
+}
+
+fn tiny() -> impl Strategy<Value = Tiny> {
+    (1usize..4, 1usize..3, 1usize..6, 1usize..4).prop_map(|(max_keys, shards, width, depth)| Tiny {
+        max_keys,
+        shards: shards.min(max_keys),
+        width,
+        depth,
+    })
+}
+
+fn protected<A: Algorithm>(tiny: Tiny, clock: &ManualClock) -> Store<A> {
+    let config = MemoryStoreConfig::new(tiny.max_keys)
+        .and_then(|config| config.with_shard_count(tiny.shards))
+        .expect("valid")
+        .with_overflow(OverflowConfig::new(tiny.width, tiny.depth).expect("valid"));
+    Store::<A>::new(config).with_clock(clock.clone())
+}
+
+fn exact<A: Algorithm>(clock: &ManualClock) -> Store<A> {
+    Store::<A>::new(MemoryStoreConfig::new(1 << 16).expect("valid")).with_clock(clock.clone())
+}
+
+fn is_capacity(decision: &Decision) -> bool {
+    matches!(decision.denial(), Some(Denial::StorageCapacity { .. }))
+}
+
+/// Runs `ops`; fails on the first check the protected store admits and the
+/// exact reference denies, or on a capacity denial (the tier decides every
+/// key of these few window lengths). Returns how many checks the protected
+/// store decided in its sketch.
+fn run<A: Algorithm>(policies: &[A::Policy], tiny: Tiny, ops: &[Op]) -> Result<u64, TestCaseError> {
+    let clock = ManualClock::new();
+    let store = protected::<A>(tiny, &clock);
+    let reference = exact::<A>(&clock);
+    for op in ops {
+        match op {
+            Op::Check(policy, subject, cost) => {
+                let policy = &policies[*policy];
+                // A cost above the policy's capacity is refused when built.
+                let check = Check::weighted(policy, key(*subject), *cost)
+                    .unwrap_or_else(|_| Check::new(policy, key(*subject)));
+                let decision = store.check(&check).expect("healthy");
+                prop_assert!(!is_capacity(&decision), "denied for capacity: {decision:?}");
+                if decision.is_allowed() {
+                    let exact = reference.check(&check).expect("healthy");
+                    prop_assert!(
+                        exact.is_allowed(),
+                        "admitted what the exact limiter denies: {exact:?}"
+                    );
+                }
+            }
+            Op::Batch(items) => {
+                let mut seen = Vec::new();
+                let checks: Vec<_> = items
+                    .iter()
+                    .filter(|item| {
+                        let fresh = !seen.contains(*item);
+                        seen.push(**item);
+                        fresh
+                    })
+                    .map(|&(policy, subject)| Check::new(&policies[policy], key(subject)))
+                    .collect();
+                let Ok(batch) = store.check_all(&checks) else {
+                    // A batch larger than a tiny shard is refused whole.
+                    continue;
+                };
+                if batch.is_allowed() {
+                    let exact = reference.check_all(&checks).expect("healthy");
+                    prop_assert!(
+                        exact.is_allowed(),
+                        "admitted a batch the exact limiter denies"
+                    );
+                }
+            }
+            Op::Advance(millis) => clock.advance(Duration::from_millis(*millis)),
+            Op::Reset(policy, subject) => {
+                store
+                    .reset(&policies[*policy], &key(*subject))
+                    .expect("healthy");
+                reference
+                    .reset(&policies[*policy], &key(*subject))
+                    .expect("healthy");
+            }
+        }
+    }
+    Ok(store.stats().overflow.expect("configured").checks)
+}
+
+fn fixed_policies() -> impl Strategy<Value = Vec<FixedWindowPolicy>> {
+    prop::collection::vec((1u64..6, 1u64..4), 1..3).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(index, (limit, seconds))| {
+                FixedWindowPolicy::new(
+                    PolicyId::new("overflow").expect("valid"),
+                    scope(index),
+                    limit,
+                    window(seconds),
+                )
+                .expect("valid")
+            })
+            .collect()
+    })
+}
+
+fn sliding_policies() -> impl Strategy<Value = Vec<SlidingWindowPolicy>> {
+    prop::collection::vec((1u64..6, 1u64..4), 1..3).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(index, (limit, seconds))| {
+                SlidingWindowPolicy::new(
+                    PolicyId::new("overflow").expect("valid"),
+                    scope(index),
+                    limit,
+                    window(seconds),
+                )
+                .expect("valid")
+            })
+            .collect()
+    })
+}
+
+fn gcra_policies() -> impl Strategy<Value = Vec<GcraPolicy>> {
+    prop::collection::vec((1u64..5, 200u64..3_000, 1u64..5), 1..3).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(index, (quota, period_ms, burst))| {
+                GcraPolicy::new(
+                    PolicyId::new("overflow").expect("valid"),
+                    scope(index),
+                    quota,
+                    Duration::from_millis(period_ms),
+                    burst,
+                )
+                .expect("valid")
+            })
+            .collect()
+    })
+}
+
+fn any_policies() -> impl Strategy<Value = Vec<AnyPolicy>> {
+    (fixed_policies(), sliding_policies(), gcra_policies()).prop_map(|(fixed, sliding, gcra)| {
+        let mut policies: Vec<AnyPolicy> = Vec::new();
+        // Distinct scopes, so two policies never share a counter.
+        for (offset, policy) in fixed.into_iter().enumerate() {
+            policies.push(AnyPolicy::FixedWindow(
+                FixedWindowPolicy::new(
+                    PolicyId::new("overflow").expect("valid"),
+                    scope(10 + offset),
+                    policy.limit(),
+                    window(1 + policy.window_millis() / 1_000 % 3),
+                )
+                .expect("valid"),
+            ));
+        }
+        for (offset, policy) in sliding.into_iter().enumerate() {
+            policies.push(AnyPolicy::SlidingWindow(
+                SlidingWindowPolicy::new(
+                    PolicyId::new("overflow").expect("valid"),
+                    scope(20 + offset),
+                    policy.limit(),
+                    window(1 + policy.window_millis() / 1_000 % 3),
+                )
+                .expect("valid"),
+            ));
+        }
+        policies.extend(gcra.into_iter().map(AnyPolicy::Gcra));
+        policies
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn fixed_windows_never_admit_what_the_exact_limiter_denies(
+        (policies, ops) in fixed_policies().prop_flat_map(|p| { let n = p.len(); (Just(p), ops(n)) }),
+        tiny in tiny(),
+    ) {
+        run::<runlimit_memory::FixedWindow>(&policies, tiny, &ops)?;
+    }
+
+    #[test]
+    fn sliding_windows_never_admit_what_the_exact_limiter_denies(
+        (policies, ops) in sliding_policies().prop_flat_map(|p| { let n = p.len(); (Just(p), ops(n)) }),
+        tiny in tiny(),
+    ) {
+        run::<runlimit_memory::SlidingWindow>(&policies, tiny, &ops)?;
+    }
+
+    #[test]
+    fn gcra_never_admits_what_the_exact_limiter_denies(
+        (policies, ops) in gcra_policies().prop_flat_map(|p| { let n = p.len(); (Just(p), ops(n)) }),
+        tiny in tiny(),
+    ) {
+        run::<runlimit_memory::Gcra>(&policies, tiny, &ops)?;
+    }
+
+    #[test]
+    fn any_store_never_admits_what_the_exact_limiter_denies(
+        (policies, ops) in any_policies().prop_flat_map(|p| { let n = p.len(); (Just(p), ops(n)) }),
+        tiny in tiny(),
+    ) {
+        run::<runlimit_memory::AnyAlgorithm>(&policies, tiny, &ops)?;
+    }
+}
+
+/// The sketch is exercised at all: with one key of room, most of 48 keys
+/// overflow.
+#[test]
+fn a_full_table_sends_new_keys_to_the_sketch() {
+    let policy = FixedWindowPolicy::new(
+        PolicyId::new("overflow").expect("valid"),
+        scope(0),
+        3,
+        window(60),
+    )
+    .expect("valid");
+    let tiny = Tiny {
+        max_keys: 1,
+        shards: 1,
+        width: 64,
+        depth: 2,
+    };
+    let ops: Vec<Op> = (0..SUBJECTS)
+        .map(|subject| Op::Check(0, subject, 1))
+        .collect();
+    let decided = run::<runlimit_memory::FixedWindow>(&[policy], tiny, &ops).expect("safe");
+    assert_eq!(decided, u64::from(SUBJECTS) - 1);
+}
+
+/// Type aliases name the same stores the property tests run.
+#[test]
+fn every_store_type_takes_the_overflow_config() {
+    let config = MemoryStoreConfig::new(4)
+        .expect("valid")
+        .with_overflow(OverflowConfig::new(16, 2).expect("valid"));
+    assert_eq!(
+        MemoryStore::new(config).config().overflow(),
+        config.overflow()
+    );
+    assert_eq!(
+        GcraStore::new(config).config().overflow(),
+        config.overflow()
+    );
+    assert_eq!(
+        SlidingWindowStore::new(config).config().overflow(),
+        config.overflow()
+    );
+    assert_eq!(AnyStore::new(config).config().overflow(), config.overflow());
+}
