@@ -68,7 +68,11 @@ pub enum NetworkLimitError {
 /// costs: neighbours in a busy network share that limit, so size it for the
 /// largest legitimate population one network holds (a university or a mobile
 /// carrier's /48), and each network level stores one more key per active
-/// network.
+/// network. Since a refused request stores nothing, a network flooding the
+/// layer stores per window at most its widest level's limit of keys for
+/// each other check of the batch (its /64s, the accounts it names), plus a
+/// key per narrower network it admitted from: size the store to hold that
+/// for as many flooding networks as it should absorb.
 ///
 /// ```
 /// use std::time::Duration;

@@ -856,7 +856,7 @@ async fn run_flood() -> Result<(), Box<dyn Error>> {
     );
     for (label, protection) in [
         ("without network levels", flood::Protection::OFF),
-        ("with /56 and /48 levels", flood::Protection::ON),
+        ("with network levels and the overflow tier", flood::Protection::ON),
     ] {
         let report = flood.with_protection(protection).run().await.map_err(|error| error.to_string())?;
         println!(
