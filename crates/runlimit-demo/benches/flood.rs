@@ -36,6 +36,7 @@ fn env_number(name: &str, default: u32) -> u32 {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("a runtime")
 }
