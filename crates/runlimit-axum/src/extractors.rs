@@ -195,14 +195,14 @@ fn connect_info<T: Clone + Send + Sync + 'static>(parts: &Parts) -> Option<&T> {
         })
 }
 
-/// Whether the request's peer, as [`PeerIp`] finds it, is an IPv6 address
-/// (IPv4-mapped ones count as IPv4); `None` without a peer address.
-pub(crate) fn is_ipv6_peer(parts: &Parts) -> Option<bool> {
+/// The request's peer address as [`PeerIp`] finds it, IPv4-mapped IPv6
+/// addresses as IPv4; `None` without one.
+pub(crate) fn peer_address(parts: &Parts) -> Option<IpAddr> {
     let address = match connect_info::<PeerConnection>(parts) {
         Some(connection) => connection.address().ip(),
         None => connect_info::<SocketAddr>(parts)?.ip(),
     };
-    Some(address.to_canonical().is_ipv6())
+    Some(address.to_canonical())
 }
 
 impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {

@@ -14,7 +14,7 @@ use crate::{
     failure::FailureMode,
     fields::ResponseFields,
     kept::{Interner, Kept},
-    networks::{PeerLimits, network_level_applies},
+    networks::PeerLimits,
     rejection::DefaultRejection,
     service::RateLimitService,
 };
@@ -385,7 +385,8 @@ where
     }
 
     /// Adds the checks of `limits`: the peer's own, then one per IPv6
-    /// network level, from narrow to wide, each applying to IPv6 peers only.
+    /// network level, from narrow to wide, each applying to IPv6 peers only,
+    /// once their network has escalated (see [`PeerLimits`]).
     /// They join the layer's one atomic batch like any other check.
     #[must_use]
     pub fn check_peer(mut self, limits: PeerLimits<L::Policy>) -> Self
@@ -394,8 +395,10 @@ where
     {
         let ((per_peer, peer), networks) = limits.into_levels();
         self = self.check(per_peer, peer);
-        for (policy, network) in networks {
-            self = self.check(policy, network).only_when(network_level_applies);
+        for ((policy, network), escalation) in networks {
+            self = self
+                .check(policy, network)
+                .only_when(move |parts: &Parts| escalation.applies(parts));
         }
         self
     }

@@ -7,16 +7,30 @@
 //! [`PeerLimits`] adds limits on wider prefixes, checked in the same atomic
 //! batch as the peer's own: every request from a /48 also counts against the
 //! /48's aggregate (and a /56's, if configured), so the /48 as a whole is held
-//! to its limit however many /64s it spreads over. A single /64 never meets
-//! the wider limits (they are at least its own); they bind only while many
-//! children of one network are active at once.
+//! to its limit however many /64s it spreads over.
+//!
+//! The levels escalate: a network is checked at a level only once it has sent
+//! more than the peer's limit in the level's current and previous window,
+//! as counted by a small fixed-size sketch per level (`Escalation`). A
+//! network of one busy host, and every network on the normal path, costs
+//! a few atomic increments and no keys; a network whose children flood is
+//! checked at every level from then on.
 
-use std::sync::Arc;
+use std::{
+    hash::BuildHasher,
+    net::IpAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Duration,
+};
 
 use http::request::Parts;
-use runlimit_core::Policy;
+use runlimit_core::{Policy, PolicyKind};
+use tokio::time::Instant;
 
-use crate::extractors::{PeerIp, is_ipv6_peer};
+use crate::extractors::{PeerIp, peer_address};
 
 /// Why a [`PeerLimits`] network level was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -62,9 +76,17 @@ pub enum NetworkLimitError {
 /// when any level is spent, none is consumed, and a request refused by a
 /// network level stores no new key for its peer or the account it names.
 ///
+/// The levels escalate: a network's requests are counted per level in a
+/// fixed-size, seeded sketch (64 KiB per level) that never under-counts, and
+/// a network is checked at a level once it has sent more than the peer
+/// policy's capacity in the level's current and previous window (its
+/// period, for GCRA). Until then it adds no check and no key.
+///
 /// What a network level guarantees: whatever number of peers a network
-/// spreads its requests over, the network as a whole is admitted at most its
-/// level's policy allows (for a fixed window, `limit` per window). What it
+/// spreads its requests over, the network as a whole is admitted, in any
+/// window of the level, at most the level's quota for the requests checked
+/// against it (for a fixed window, `limit` per window of its key) plus the
+/// peer policy's capacity for the requests sent before it escalated. What it
 /// costs: neighbours in a busy network share that limit, so size it for the
 /// largest legitimate population one network holds (a university or a mobile
 /// carrier's /48), and each network level stores one more key per active
@@ -157,18 +179,144 @@ impl<P: Policy> PeerLimits<P> {
         Ok(self)
     }
 
-    /// The peer level, then each network level from narrow to wide.
-    pub(crate) fn into_levels(self) -> (Level<P>, Vec<Level<P>>) {
-        (self.peer, self.networks)
+    /// The peer level, then each network level from narrow to wide with the
+    /// escalation that decides when it applies.
+    pub(crate) fn into_levels(self) -> (Level<P>, Vec<(Level<P>, Escalation)>) {
+        let threshold = self.peer.0.capacity();
+        let networks = self
+            .networks
+            .into_iter()
+            .map(|(policy, peer)| {
+                let escalation = Escalation::new(peer.ipv6_prefix(), span_of(&*policy), threshold);
+                ((policy, peer), escalation)
+            })
+            .collect();
+        (self.peer, networks)
     }
 }
 
 /// One level: its policy and the extractor keying it.
 pub(crate) type Level<P> = (Arc<P>, PeerIp);
 
-/// Whether a network level applies to the request: to IPv6 peers, and to
-/// requests whose peer is unknown, so that the missing address is reported
-/// by the level's extractor instead of being admitted unchecked.
-pub(crate) fn network_level_applies(parts: &Parts) -> bool {
-    is_ipv6_peer(parts).unwrap_or(true)
+/// The span a level's escalation counts in: its window, or its period for
+/// GCRA.
+fn span_of<P: Policy>(policy: &P) -> Duration {
+    match policy.kind() {
+        PolicyKind::FixedWindow(policy) => policy.window(),
+        PolicyKind::SlidingWindow(policy) => policy.window(),
+        PolicyKind::Gcra(policy) => policy.period(),
+    }
+}
+
+/// Rows of an escalation sketch.
+const ROWS: usize = 2;
+/// Cells per row: a power of two.
+const WIDTH: usize = 4_096;
+/// The largest count a cell holds: it saturates there, never wraps.
+const COUNT_MAX: u32 = (1 << 24) - 1;
+
+/// When a network level applies: a count-min sketch of each network's
+/// requests in epochs of the level's span, the current and the previous one.
+///
+/// A cell holds the low eight bits of the epoch it counts in, above a 24-bit
+/// saturating count; a cell of another epoch counts nothing for this one and
+/// starts over when next incremented. A network's estimate is the least,
+/// over the rows, of its cells' counts in the current and the previous
+/// epoch, which is never below what it sent since the previous epoch began
+/// (a cell left from 256 epochs ago can only add to that), so a network that
+/// has sent more than the threshold within any span is always escalated.
+#[derive(Clone)]
+pub(crate) struct Escalation {
+    shared: Arc<Sketch>,
+}
+
+struct Sketch {
+    /// `[epoch parity][row][cell]`.
+    cells: Box<[AtomicU32]>,
+    seeds: [u64; ROWS],
+    origin: Instant,
+    span_nanos: u128,
+    bits: u8,
+    threshold: u64,
+}
+
+impl Escalation {
+    fn new(bits: u8, span: Duration, threshold: u64) -> Self {
+        let random = std::collections::hash_map::RandomState::new();
+        let seeds = [random.hash_one(0_u8) | 1, random.hash_one(1_u8) | 1];
+        Self {
+            shared: Arc::new(Sketch {
+                cells: (0..2 * ROWS * WIDTH).map(|_| AtomicU32::new(0)).collect(),
+                seeds,
+                origin: Instant::now(),
+                span_nanos: span.as_nanos().max(1),
+                bits,
+                threshold,
+            }),
+        }
+    }
+
+    /// Whether the level applies to the request: to IPv6 peers whose network
+    /// has sent more than the threshold (this request counted), and to
+    /// requests whose peer is unknown, so that the missing address is
+    /// reported by the level's extractor instead of being admitted unchecked.
+    pub(crate) fn applies(&self, parts: &Parts) -> bool {
+        match peer_address(parts) {
+            None => true,
+            Some(IpAddr::V4(_)) => false,
+            Some(IpAddr::V6(address)) => {
+                let bits = u32::from(self.shared.bits);
+                // The network's prefix: every bit past it cleared. `bits` is
+                // below 64 (validated), so the prefix fits the high half.
+                let high = u64::try_from(u128::from(address) >> 64).unwrap_or(u64::MAX);
+                let network = high & u64::MAX.checked_shl(64 - bits).unwrap_or(0);
+                self.shared.observe(network) > self.shared.threshold
+            }
+        }
+    }
+}
+
+impl Sketch {
+    /// Counts one request from `network`; its estimate afterwards.
+    fn observe(&self, network: u64) -> u64 {
+        let epoch = self.origin.elapsed().as_nanos() / self.span_nanos;
+        // The low bits of epoch numbers: tags, compared only for equality.
+        let low = |epoch: u128| u32::try_from(epoch & 0xff).unwrap_or(0);
+        let (tag, previous_tag) = (low(epoch), low(epoch.wrapping_sub(1)));
+        let parity = usize::from(epoch & 1 == 1);
+        let mut estimate = u64::MAX;
+        for (row, seed) in self.seeds.iter().enumerate() {
+            // Multiplicative hashing of the seeded prefix: the top 12 bits.
+            let cell = usize::try_from((network ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52)
+                .unwrap_or(0);
+            let current = &self.cells[(parity * ROWS + row) * WIDTH + cell];
+            let previous = &self.cells[((parity ^ 1) * ROWS + row) * WIDTH + cell];
+            let counted = increment(current, tag);
+            let before = match previous.load(Ordering::Relaxed) {
+                value if value >> 24 == previous_tag => value & COUNT_MAX,
+                _ => 0,
+            };
+            estimate = estimate.min(u64::from(counted) + u64::from(before));
+        }
+        estimate
+    }
+}
+
+/// Adds one to `cell`'s count for the epoch tagged `tag` (starting over if it
+/// counted another epoch); the count afterwards.
+fn increment(cell: &AtomicU32, tag: u32) -> u32 {
+    let mut value = cell.load(Ordering::Relaxed);
+    loop {
+        let count = if value >> 24 == tag { value & COUNT_MAX } else { 0 };
+        let next_count = (count + 1).min(COUNT_MAX);
+        match cell.compare_exchange_weak(
+            value,
+            (tag << 24) | next_count,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return next_count,
+            Err(actual) => value = actual,
+        }
+    }
 }

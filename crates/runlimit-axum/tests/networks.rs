@@ -69,20 +69,25 @@ fn store() -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(config).with_clock(ManualClock::new()))
 }
 
+/// The requests a network sends before its levels apply: the peer
+/// policy's capacity.
+const ESCALATES_AFTER: u64 = 2;
+
 #[tokio::test]
 async fn a_network_spread_over_many_64s_is_held_to_its_aggregate() {
     let app = app(store());
-    // Six /64s of one /48, in six /56s, one request each: the /48 admits five.
+    // Twenty /64s of one /48, each in a /56 of its own, one request each:
+    // the /48 admits what it sent before escalating and its limit, 5.
     let mut admitted = 0;
-    for site in 0..6 {
-        let (status, _) = send(&app, &format!("2001:db8:7:{site}00::1")).await;
+    for site in 0..20 {
+        let (status, _) = send(&app, &format!("2001:db8:7:{site:x}00::1")).await;
         if status == StatusCode::OK {
             admitted += 1;
         } else {
             assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         }
     }
-    assert_eq!(admitted, 5);
+    assert_eq!(admitted, ESCALATES_AFTER + 5);
     // Another /48 has a quota of its own.
     assert_eq!(send(&app, "2001:db8:8::1").await.0, StatusCode::OK);
 }
@@ -90,22 +95,15 @@ async fn a_network_spread_over_many_64s_is_held_to_its_aggregate() {
 #[tokio::test]
 async fn a_56_is_held_to_its_own_level_before_the_48() {
     let app = app(store());
-    // Four /64s of one /56: the /56 admits three; the /48 still has room.
-    let statuses = [
-        send(&app, "2001:db8:7:100::1").await.0,
-        send(&app, "2001:db8:7:101::1").await.0,
-        send(&app, "2001:db8:7:102::1").await.0,
-        send(&app, "2001:db8:7:103::1").await.0,
-    ];
-    assert_eq!(
-        statuses,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
-    );
+    // Ten /64s of one /56: two before it escalates, then its limit of three.
+    let mut statuses = Vec::new();
+    for subnet in 0..10 {
+        statuses.push(send(&app, &format!("2001:db8:7:1{subnet:02x}::1")).await.0);
+    }
+    let admitted = statuses.iter().filter(|status| **status == StatusCode::OK).count();
+    assert_eq!(admitted, 5, "{statuses:?}");
+    assert!(statuses[5..].iter().all(|status| *status == StatusCode::TOO_MANY_REQUESTS));
+    // The /48 has counted three of its five: another /56 of it is served.
     assert_eq!(send(&app, "2001:db8:7:200::1").await.0, StatusCode::OK);
 }
 
@@ -113,7 +111,7 @@ async fn a_56_is_held_to_its_own_level_before_the_48() {
 async fn a_refused_request_consumes_no_level() {
     let store = store();
     let app = app(Arc::clone(&store));
-    for site in 0..5 {
+    for site in 0..7 {
         assert_eq!(
             send(&app, &format!("2001:db8:7:{site}00::1")).await.0,
             StatusCode::OK
@@ -144,8 +142,24 @@ async fn ipv4_peers_are_checked_at_their_own_level_only() {
             StatusCode::OK
         );
     }
-    let (status, policies) = send(&app, "2001:db8:9::1").await;
+}
+
+#[tokio::test]
+async fn an_ipv6_network_is_checked_at_its_levels_once_it_escalates() {
+    let store = store();
+    let app = app(Arc::clone(&store));
+    // A network's first requests: its peer's check alone, one key each.
+    let (status, policies) = send(&app, "2001:db8:9:1::1").await;
+    assert_eq!((status, policies.as_str()), (StatusCode::OK, "1"));
+    let (status, policies) = send(&app, "2001:db8:9:2::1").await;
+    assert_eq!((status, policies.as_str()), (StatusCode::OK, "1"));
+    assert_eq!(store.stats().entries, 2);
+    // More than a peer's limit from one /56: every level from now on.
+    let (status, policies) = send(&app, "2001:db8:9:3::1").await;
     assert_eq!((status, policies.as_str()), (StatusCode::OK, "3"));
+    // Another /56 of the same /48: the /48 level only.
+    let (status, policies) = send(&app, "2001:db8:9:100::1").await;
+    assert_eq!((status, policies.as_str()), (StatusCode::OK, "2"));
 }
 
 #[tokio::test]

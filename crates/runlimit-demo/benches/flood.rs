@@ -80,7 +80,7 @@ fn profile(protection: &str) {
 fn print(name: &str, protection: &str, report: &Report) {
     println!(
         "{name:>4} {protection:>3}: legitimate {:>6}/{:<6} admitted ({:>6.2}%), {:>6} refused at capacity; \
-         attacker {:>8} of {:>8} admitted; peak keys {:>6}/{}; {:>6.0} ns per login",
+         attacker {:>8} of {:>8} admitted; peak keys {:>6}/{}, overflow sketch {} MiB; {:>6.0} ns per login",
         report.legitimate.admitted,
         report.legitimate.sent,
         report.legitimate.admitted_share() * 100.0,
@@ -89,6 +89,7 @@ fn print(name: &str, protection: &str, report: &Report) {
         report.attack.sent,
         report.peak_keys,
         report.capacity,
+        report.overflow_bytes >> 20,
         report.per_login().as_secs_f64() * 1e9,
     );
 }
