@@ -50,7 +50,9 @@ pub enum NetworkLimitError {
     Empty,
     /// The network's policy allows less than a level it aggregates: the
     /// narrower limit could never be reached.
-    #[error("an IPv6 network level's policy must allow at least the narrower level's {narrower}, got {capacity}")]
+    #[error(
+        "an IPv6 network level's policy must allow at least the narrower level's {narrower}, got {capacity}"
+    )]
     SmallerThanNarrower {
         /// The network policy's capacity.
         capacity: u64,
@@ -307,7 +309,11 @@ impl Sketch {
 fn increment(cell: &AtomicU32, tag: u32) -> u32 {
     let mut value = cell.load(Ordering::Relaxed);
     loop {
-        let count = if value >> 24 == tag { value & COUNT_MAX } else { 0 };
+        let count = if value >> 24 == tag {
+            value & COUNT_MAX
+        } else {
+            0
+        };
         let next_count = (count + 1).min(COUNT_MAX);
         match cell.compare_exchange_weak(
             value,

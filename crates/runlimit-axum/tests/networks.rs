@@ -100,9 +100,16 @@ async fn a_56_is_held_to_its_own_level_before_the_48() {
     for subnet in 0..10 {
         statuses.push(send(&app, &format!("2001:db8:7:1{subnet:02x}::1")).await.0);
     }
-    let admitted = statuses.iter().filter(|status| **status == StatusCode::OK).count();
+    let admitted = statuses
+        .iter()
+        .filter(|status| **status == StatusCode::OK)
+        .count();
     assert_eq!(admitted, 5, "{statuses:?}");
-    assert!(statuses[5..].iter().all(|status| *status == StatusCode::TOO_MANY_REQUESTS));
+    assert!(
+        statuses[5..]
+            .iter()
+            .all(|status| *status == StatusCode::TOO_MANY_REQUESTS)
+    );
     // The /48 has counted three of its five: another /56 of it is served.
     assert_eq!(send(&app, "2001:db8:7:200::1").await.0, StatusCode::OK);
 }
@@ -173,11 +180,21 @@ async fn served_per_connection_the_levels_key_the_same() {
         request
             .extensions_mut()
             .insert(ConnectInfo(connection.clone()));
-        statuses.push(app.clone().oneshot(request).await.expect("infallible").status());
+        statuses.push(
+            app.clone()
+                .oneshot(request)
+                .await
+                .expect("infallible")
+                .status(),
+        );
     }
     assert_eq!(
         statuses,
-        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
 }
 

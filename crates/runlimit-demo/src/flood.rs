@@ -120,7 +120,7 @@ impl Newcomers {
     /// The `index`th legitimate user's address, none near the attack's.
     fn peer(self, index: u32) -> IpAddr {
         let ipv4 = match self {
-            Self::Mixed => index % 2 == 0,
+            Self::Mixed => index.is_multiple_of(2),
             Self::Ipv4 => true,
             Self::Ipv6 => false,
         };
@@ -271,7 +271,8 @@ impl Flood {
                     && (slot % spacing == spacing - 1 || attacking == attacks);
                 if legitimate_turn {
                     legitimate_sent += 1;
-                    let status = login(&app, self.newcomers.peer(user), &format!("user-{user}")).await?;
+                    let status =
+                        login(&app, self.newcomers.peer(user), &format!("user-{user}")).await?;
                     user += 1;
                     report.legitimate.count(status);
                 } else {
@@ -284,7 +285,7 @@ impl Flood {
                     let status = login(&app, peer, &format!("victim-{account}")).await?;
                     report.attack.count(status);
                 }
-                if slot % 4_096 == 0 {
+                if slot.is_multiple_of(4_096) {
                     report.peak_keys = report.peak_keys.max(store.stats().entries);
                 }
             }
@@ -307,13 +308,22 @@ fn login_router(
     let login = PolicyId::new("auth.login")?;
     let per_client =
         FixedWindowPolicy::new(login.clone(), ScopeId::new("client")?, PER_CLIENT, WINDOW)?;
-    let per_account =
-        FixedWindowPolicy::new(login.clone(), ScopeId::new("identity")?, PER_ACCOUNT, WINDOW)?;
+    let per_account = FixedWindowPolicy::new(
+        login.clone(),
+        ScopeId::new("identity")?,
+        PER_ACCOUNT,
+        WINDOW,
+    )?;
     let mut peers = PeerLimits::new(per_client, PeerIp::new(hasher));
     if flood.protection.escalation {
-        let per_56 =
-            FixedWindowPolicy::new(login.clone(), ScopeId::new("client.56")?, flood.per_56, WINDOW)?;
-        let per_48 = FixedWindowPolicy::new(login, ScopeId::new("client.48")?, flood.per_48, WINDOW)?;
+        let per_56 = FixedWindowPolicy::new(
+            login.clone(),
+            ScopeId::new("client.56")?,
+            flood.per_56,
+            WINDOW,
+        )?;
+        let per_48 =
+            FixedWindowPolicy::new(login, ScopeId::new("client.48")?, flood.per_48, WINDOW)?;
         peers = peers
             .with_ipv6_network(56, per_56)?
             .with_ipv6_network(48, per_48)?;

@@ -55,11 +55,11 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use runlimit_axum::{FromHeader, MissingMetadata, RateLimitLayer};
-use runlimit_demo::flood;
 use runlimit_core::{
     AdmissionObservation, Backend, FixedWindowPolicy, Grant, KeyHasher, Lifecycle, Limiter,
     Observer, PolicyId, ScopeId, Shared, SubjectKey, TieredPolicy, observers::MetricsObserver,
 };
+use runlimit_demo::flood;
 use runlimit_http::draft_11::Advertise;
 use runlimit_memory::{DenialCache, LeaseConfig, Leased, MemoryStore, MemoryStoreConfig, Tiered};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
@@ -856,9 +856,16 @@ async fn run_flood() -> Result<(), Box<dyn Error>> {
     );
     for (label, protection) in [
         ("without network levels", flood::Protection::OFF),
-        ("with network levels and the overflow tier", flood::Protection::ON),
+        (
+            "with network levels and the overflow tier",
+            flood::Protection::ON,
+        ),
     ] {
-        let report = flood.with_protection(protection).run().await.map_err(|error| error.to_string())?;
+        let report = flood
+            .with_protection(protection)
+            .run()
+            .await
+            .map_err(|error| error.to_string())?;
         println!(
             "{label}: legitimate users {} of {} admitted ({:.1}%), {} answered 503 at capacity; \
              the attacker {} of {} admitted; the store peaked at {} of {} keys",

@@ -48,7 +48,11 @@ async fn run(flood: Flood) -> Report {
     let report = flood.run().await.expect("the scenario runs");
     // The numbers, for `--nocapture`.
     println!("{:?} {:?}: {report:?}", flood.attack, flood.protection);
-    assert_eq!(report.legitimate.other + report.attack.other, 0, "{report:?}");
+    assert_eq!(
+        report.legitimate.other + report.attack.other,
+        0,
+        "{report:?}"
+    );
     assert!(report.peak_keys <= report.capacity, "{report:?}");
     report
 }
