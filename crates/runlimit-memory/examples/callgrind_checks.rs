@@ -46,7 +46,7 @@ fn run_checks(
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            &keys[(state % KEYS) as usize]
+            &keys[usize::try_from(state % KEYS)?]
         };
         allowed += u64::from(store.check(&Check::new(policy, *key))?.is_allowed());
     }
@@ -66,7 +66,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     )?;
     // "full": the stored keys fill the table, so every new key overflows.
     let max_keys = if scenario == "full" {
-        KEYS as usize
+        usize::try_from(KEYS)?
     } else {
         1 << 17
     };

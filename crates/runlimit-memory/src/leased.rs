@@ -21,10 +21,10 @@ use std::{
 };
 
 use runlimit_core::{
-    Admission, AdmissionObservation, AdmissionOutcome, Admitted, Backend, BatchDecision, Check,
-    Consumption, CounterKey, Decision, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle, Limiter,
-    MayHaveConsumed, Observer, Operation, Policy, PolicyLabel, QuotaMode, Receipt, RefundError,
-    Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey, notify,
+    Admission, AdmissionObservation, AdmissionOutcome, Admitted, AnyPolicy, Backend, BatchDecision,
+    Check, Consumption, CounterKey, Decision, FixedWindowPolicy, GcraPolicy, Grant, Lifecycle,
+    Limiter, MayHaveConsumed, Observer, Operation, Policy, PolicyLabel, QuotaMode, Receipt,
+    RefundError, Refunded, Settle, SlidingWindowPolicy, Stamp, Storage, SubjectKey, notify,
 };
 
 use crate::{Clock, clock::StoreClock};
@@ -110,6 +110,26 @@ impl Leasable for GcraPolicy {
     fn unit_spacing(&self) -> Option<Duration> {
         let period = u64::try_from(self.period().as_nanos()).unwrap_or(u64::MAX);
         Some(Duration::from_nanos(period.div_ceil(self.quota().max(1))))
+    }
+}
+
+/// Each check by its algorithm's rule, so a lease serves policies chosen
+/// at run time exactly as it serves their algorithm's own type.
+impl Leasable for AnyPolicy {
+    fn lease_lifetime(&self, decision: &Decision) -> Duration {
+        match self {
+            Self::FixedWindow(policy) => policy.lease_lifetime(decision),
+            Self::SlidingWindow(policy) => policy.lease_lifetime(decision),
+            Self::Gcra(policy) => policy.lease_lifetime(decision),
+        }
+    }
+
+    fn unit_spacing(&self) -> Option<Duration> {
+        match self {
+            Self::FixedWindow(policy) => policy.unit_spacing(),
+            Self::SlidingWindow(policy) => policy.unit_spacing(),
+            Self::Gcra(policy) => policy.unit_spacing(),
+        }
     }
 }
 

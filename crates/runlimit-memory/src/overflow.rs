@@ -22,7 +22,9 @@
 //! A key the sketch counts something for (its estimate is not that of a
 //! fresh key) is decided by the sketch even when its shard has room again:
 //! it is stored only once its estimate is fresh, so the table never forgets
-//! what the sketch counted. Every sketch change for a key happens while its
+//! what the sketch counted. GCRA keys are the exception: an arrival time
+//! bound is a state, so such a key is stored from it as soon as there is
+//! room (a later arrival time only denies more). Every sketch change for a key happens while its
 //! shard is held exclusively, and a new key is stored in its shard only while
 //! the shard is held (staged under the read lock, or stored under the
 //! write lock), so a key is never counted in both.
@@ -35,7 +37,7 @@ use std::{
     time::Duration,
 };
 
-use runlimit_core::{Decision, Denial};
+use runlimit_core::{Decision, Denial, Policy};
 
 use crate::{
     algorithm::sealed::{Counting, Engine, Evaluation},
@@ -393,6 +395,65 @@ impl Overflow {
         self.admitted.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The state a key's estimate bounds, for storing it in the table:
+    /// `None` unless its policy is counted by arrival time. The caller holds
+    /// the key's shard exclusively.
+    pub(crate) fn seed<A: Engine>(&self, policy: &A::Policy, key: &StoreKey) -> Option<A::State> {
+        if A::overflow_counting(policy) != Counting::ArrivalTime {
+            return None;
+        }
+        let cells = Cells::of(key, &self.config);
+        let tat = lock(&self.sketches).arrival.as_ref()?.estimate(&cells);
+        A::from_arrival_time(tat)
+    }
+
+    /// What a check of `cost` would get from the sketch at `now`, changing
+    /// nothing; `None` when the sketch counts nothing for the key (it reads
+    /// as a fresh key, as the table would).
+    pub(crate) fn peek<A: Engine>(
+        &self,
+        policy: &A::Policy,
+        key: &StoreKey,
+        cost: u64,
+        now: u64,
+    ) -> Option<Decision> {
+        if now >= self.live_until.load(Ordering::Acquire) {
+            return None;
+        }
+        let cells = Cells::of(key, &self.config);
+        let sketches = lock(&self.sketches);
+        match A::overflow_counting(policy) {
+            Counting::Window { limit, window } => {
+                let sketch = sketches
+                    .windows
+                    .iter()
+                    .find(|sketch| sketch.window == window)?;
+                let epoch_end = (now / window + 1).saturating_mul(window);
+                let until = |end: u64| Duration::from_nanos(end.saturating_sub(now));
+                let (current, previous) = match sketch.estimate(&cells, now) {
+                    WindowEstimate::Counted {
+                        current: 0,
+                        previous: 0,
+                    } => return None,
+                    WindowEstimate::Counted { current, previous } => (current, previous),
+                    WindowEstimate::Stale => (limit, limit),
+                };
+                let used = current.saturating_add(previous);
+                Some(if used.saturating_add(cost) <= limit {
+                    Decision::allowed(limit, limit - used, until(epoch_end.saturating_add(window)))
+                        .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"))
+                } else {
+                    let retry = window_retry(limit, window, current, cost, epoch_end);
+                    Decision::for_mode(policy.quota_mode(), quota_denial(limit, until(retry)))
+                })
+            }
+            Counting::ArrivalTime => {
+                let tat = sketches.arrival.as_ref()?.estimate(&cells);
+                (tat > now).then(|| A::peek(policy, A::from_arrival_time(tat), cost, now))
+            }
+        }
+    }
+
     /// Counts a check denied for capacity although the tier is on.
     pub(crate) fn refuse(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
@@ -435,13 +496,7 @@ fn window_evaluation(
     };
     let used = current.saturating_add(previous);
     if used.saturating_add(cost) > limit {
-        // The previous epoch's units drop out when this one ends, the
-        // current epoch's one epoch later.
-        let retry = if current.saturating_add(cost) <= limit {
-            epoch_end
-        } else {
-            epoch_end.saturating_add(window)
-        };
+        let retry = window_retry(limit, window, current, cost, epoch_end);
         return Overflowed::Denied(quota_denial(limit, until(retry)));
     }
     let decision = Decision::allowed(
@@ -451,6 +506,17 @@ fn window_evaluation(
     )
     .unwrap_or_else(|_| unreachable!("remaining never exceeds a valid limit"));
     Overflowed::Allowed(decision, Pending::Window { window, cost })
+}
+
+/// When a denied window key's `cost` fits again: the previous epoch's units
+/// drop out when the current epoch ends, the current epoch's one epoch
+/// later.
+fn window_retry(limit: u64, window: u64, current: u64, cost: u64, epoch_end: u64) -> u64 {
+    if current.saturating_add(cost) <= limit {
+        epoch_end
+    } else {
+        epoch_end.saturating_add(window)
+    }
 }
 
 fn quota_denial(limit: u64, retry_after: Duration) -> Denial {

@@ -35,6 +35,10 @@ pub struct MemoryStoreStats {
     /// Per-shard occupancy, in shard order.
     pub shards: Vec<ShardStats>,
     /// The overflow tier's counters, when the store has one.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub overflow: Option<crate::OverflowStats>,
 }
 

@@ -450,6 +450,12 @@ impl<A: Algorithm> Store<A> {
         let now = shard.advance(self.now_nanos());
         let policy = check.policy();
         if found.is_none() && !self.is_fresh(policy, key, now) {
+            if carried.is_none()
+                && let Some(seeded) =
+                    self.seed_from_overflow(&mut table, shard_index, key, check, now, effects)
+            {
+                return Ok(seeded);
+            }
             // The overflow tier counts this key: it decides it until it
             // counts nothing for it, so the table forgets nothing.
             return Ok(self.check_overflowed(&table, key, check, carried.is_some(), now));
@@ -514,6 +520,43 @@ impl<A: Algorithm> Store<A> {
         self.overflow
             .as_ref()
             .is_none_or(|overflow| overflow.is_fresh::<A>(policy, key, now))
+    }
+
+    /// Stores a key the overflow tier counts, from the state its estimate
+    /// bounds, when the algorithm's state can hold that bound (a GCRA
+    /// arrival time: a later one denies more, so the entry stays at least as
+    /// strict as the sketch) and the shard has room; `None` otherwise, and
+    /// when the check is denied (the sketch keeps deciding the key then).
+    /// Window counts cannot seed an anchored entry (its anchor is unknown),
+    /// so window keys stay with the sketch until their count drops out.
+    #[cold]
+    fn seed_from_overflow(
+        &self,
+        table: &mut ExclusiveTable<'_, A::State>,
+        shard_index: usize,
+        key: &StoreKey,
+        check: &Check<'_, A::Policy>,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Option<(Decision, Option<[u64; 3]>)> {
+        let policy = check.policy();
+        let seed = self.overflow.as_ref()?.seed::<A>(policy, key)?;
+        if table.cleans_on_insert() {
+            self.clean(table, self.config.cleanup_per_check(), now, &[], effects);
+        }
+        if table.headroom() == 0 {
+            return None;
+        }
+        let Evaluation::Allowed { admitted, next } =
+            A::evaluate(policy, Some(seed), check.cost(), now)
+        else {
+            return None;
+        };
+        let stored = table.insert(*key, next);
+        if self.observer.is_some() {
+            effects.capacity.push(capacity_of(table, shard_index));
+        }
+        Some((A::decision(policy, admitted), Some(A::stamp(&stored))))
     }
 
     /// Decides a key its shard does not store and will not store now, in the
@@ -1040,6 +1083,19 @@ impl<A: Algorithm> Store<A> {
         } else {
             None
         };
+        // A key the overflow tier counts reads as the tier would decide it.
+        if found.is_none()
+            && carried.is_none()
+            && let Some(overflow) = &self.overflow
+            && let Some(decision) = overflow.peek::<A>(
+                policy,
+                &StoreKey::new(&check.counter_key()),
+                check.cost(),
+                now,
+            )
+        {
+            return Ok(decision);
+        }
         let (initial, _) = start_from::<A>(found, carried, now);
         Ok(A::peek(policy, initial, check.cost(), now))
     }

@@ -41,6 +41,17 @@ type Split<'a, P> = (SmallVec<[Check<'a, P>; 4]>, SmallVec<[usize; 4]>);
 /// * Errors say which tier failed ([`TieredError`]) and keep the shared
 ///   backend's error, with its "may have consumed" classification.
 ///
+/// A gate whose table is full denies every new client for capacity, which
+/// keeps a flood of distinct keys away from the shared backend but locks new
+/// legitimate clients out with it. Build the gate store with an
+/// [overflow tier](crate#a-flood-of-distinct-keys)
+/// ([`MemoryStoreConfig::with_overflow`](crate::MemoryStoreConfig::with_overflow))
+/// and it keeps deciding new clients, each held to its own limit: the shared
+/// backend then sees no more checks (and stores no more rows) than an exact,
+/// unbounded gate would let through, and none of what the sketch denies. A
+/// shared denial cannot refund what the sketch counted: the gate keeps that
+/// charge.
+///
 /// The gate must implement [`Lifecycle`] (every memory store does), since a
 /// shared denial refunds it; the shared backend may be any [`Limiter`]. With a
 /// shared backend implementing [`Lifecycle`] too, so does `Tiered`.

@@ -45,9 +45,11 @@ fn ops(policies: usize) -> impl Strategy<Value = Vec<Op>> {
 
 fn key(subject: u16) -> SubjectKey {
     let mut digest = [0u8; 32];
-    for (index, byte) in digest.iter_mut().enumerate() {
-        let mixed = (u32::from(subject) + 1).wrapping_mul(0x9E37_79B1) >> (index % 24);
-        *byte = (mixed as u8) ^ (index as u8).wrapping_mul(31);
+    let mut word = (u64::from(subject) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for chunk in digest.chunks_mut(8) {
+        word ^= word >> 31;
+        word = word.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        chunk.copy_from_slice(&word.to_le_bytes());
     }
     SubjectKey::from_digest(digest)
 }
@@ -110,8 +112,11 @@ fn run<A: Algorithm>(policies: &[A::Policy], tiny: Tiny, ops: &[Op]) -> Result<u
                 // A cost above the policy's capacity is refused when built.
                 let check = Check::weighted(policy, key(*subject), *cost)
                     .unwrap_or_else(|_| Check::new(policy, key(*subject)));
+                let peeked = store.peek(&check).expect("healthy");
                 let decision = store.check(&check).expect("healthy");
                 prop_assert!(!is_capacity(&decision), "denied for capacity: {decision:?}");
+                // A peek reads what the check then decides, sketch or table.
+                prop_assert_eq!(peeked.is_allowed(), decision.is_allowed());
                 if decision.is_allowed() {
                     let exact = reference.check(&check).expect("healthy");
                     prop_assert!(
@@ -303,6 +308,37 @@ fn a_full_table_sends_new_keys_to_the_sketch() {
     assert_eq!(decided, u64::from(SUBJECTS) - 1);
 }
 
+#[test]
+fn overflow_sizes_are_validated_when_built() {
+    use runlimit_memory::{ConfigError, MAX_OVERFLOW_DEPTH, MAX_OVERFLOW_WIDTH};
+    assert_eq!(
+        OverflowConfig::new(0, 4),
+        Err(ConfigError::OverflowWidthOutOfRange { width: 0 })
+    );
+    assert_eq!(
+        OverflowConfig::new(MAX_OVERFLOW_WIDTH + 1, 4),
+        Err(ConfigError::OverflowWidthOutOfRange {
+            width: MAX_OVERFLOW_WIDTH + 1
+        })
+    );
+    assert_eq!(
+        OverflowConfig::new(8, 0),
+        Err(ConfigError::OverflowDepthOutOfRange { depth: 0 })
+    );
+    assert_eq!(
+        OverflowConfig::new(8, MAX_OVERFLOW_DEPTH + 1),
+        Err(ConfigError::OverflowDepthOutOfRange {
+            depth: MAX_OVERFLOW_DEPTH + 1
+        })
+    );
+    let config = OverflowConfig::new(MAX_OVERFLOW_WIDTH, MAX_OVERFLOW_DEPTH).expect("valid");
+    assert_eq!(
+        config.sketch_bytes(),
+        MAX_OVERFLOW_WIDTH * MAX_OVERFLOW_DEPTH * 8
+    );
+    assert_eq!(MemoryStoreConfig::new(1).expect("valid").overflow(), None);
+}
+
 /// Type aliases name the same stores the property tests run.
 #[test]
 fn every_store_type_takes_the_overflow_config() {
@@ -322,4 +358,177 @@ fn every_store_type_takes_the_overflow_config() {
         config.overflow()
     );
     assert_eq!(AnyStore::new(config).config().overflow(), config.overflow());
+}
+
+fn fixed_policy(limit: u64, seconds: u64) -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
+        PolicyId::new("overflow").expect("valid"),
+        scope(0),
+        limit,
+        window(seconds),
+    )
+    .expect("valid")
+}
+
+/// A key the sketch counted stays with the sketch while its count can
+/// matter, even once the table has room, and is stored again after.
+#[test]
+fn a_counted_key_returns_to_the_table_only_once_its_count_has_dropped_out() {
+    let policy = fixed_policy(2, 10);
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &clock,
+    );
+    let checked = |subject: u16| {
+        store
+            .check(&Check::new(&policy, key(subject)))
+            .expect("healthy")
+            .is_allowed()
+    };
+    let sketch_checks = || store.stats().overflow.expect("configured").checks;
+    assert!(checked(0), "the first key is stored");
+    assert!(checked(1) && checked(1), "the second overflows");
+    assert!(!checked(1), "and is held to its limit");
+    assert_eq!(sketch_checks(), 3);
+    // The stored key's window ends, so its entry may be reclaimed; key 1's
+    // units still count in the sketch's previous epoch, so the sketch keeps
+    // deciding it, and denies it.
+    clock.advance(Duration::from_secs(11));
+    assert!(!checked(1));
+    assert_eq!(sketch_checks(), 4);
+    // Two epochs on, nothing counts for it: it is stored like any new key.
+    clock.advance(Duration::from_secs(20));
+    let before = sketch_checks();
+    assert!(checked(1));
+    assert_eq!(sketch_checks(), before);
+    assert_eq!(store.stats().entries, 1);
+}
+
+/// Threads checking many keys at once through a tiny table and sketch never
+/// admit more than a key's limit within its window.
+#[test]
+fn concurrent_checks_never_admit_beyond_a_keys_limit() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const KEYS: u16 = 64;
+    let policy = fixed_policy(3, 60);
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 8,
+            shards: 2,
+            width: 16,
+            depth: 2,
+        },
+        &clock,
+    );
+    let admitted: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|scope| {
+        for thread in 0..4u64 {
+            let (store, policy, admitted) = (&store, &policy, &admitted);
+            scope.spawn(move || {
+                let mut state = 0x9E37_79B9_7F4A_7C15 ^ thread;
+                for _ in 0..5_000 {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let subject = u16::try_from(state % u64::from(KEYS)).expect("small");
+                    let decision = store
+                        .check(&Check::new(policy, key(subject)))
+                        .expect("healthy");
+                    if decision.is_allowed() {
+                        admitted[usize::from(subject)].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert!(store.stats().overflow.expect("configured").checks > 0);
+    // The clock never moved: one window, at most the limit per key.
+    for (subject, count) in admitted.iter().enumerate() {
+        let count = count.load(Ordering::Relaxed);
+        assert!(count <= 3, "key {subject} admitted {count} times");
+    }
+}
+
+/// The sketch only counts up: refunding what it admitted credits nothing, and
+/// the key stays held to its limit.
+#[test]
+fn refunding_a_sketch_admission_credits_nothing() {
+    let policy = fixed_policy(1, 60);
+    let store = protected::<runlimit_memory::FixedWindow>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &ManualClock::new(),
+    );
+    assert!(
+        store
+            .check(&Check::new(&policy, key(0)))
+            .expect("healthy")
+            .is_allowed()
+    );
+    let check = Check::new(&policy, key(1));
+    let (decision, receipt) = store.admit(&check).expect("healthy").into_parts();
+    assert!(decision.is_allowed());
+    assert_eq!(store.stats().overflow.expect("configured").admitted, 1);
+    let refunded = store
+        .refund(&[check], receipt.expect("an admission's receipt"))
+        .expect("its own receipt");
+    assert_eq!(refunded.credited(), 0);
+    assert!(!store.check(&check).expect("healthy").is_allowed());
+}
+
+/// A GCRA key the sketch counts is stored as soon as its shard has room,
+/// from the arrival time its cells bound: it keeps what the sketch counted.
+#[test]
+fn a_counted_gcra_key_is_stored_with_its_bound_once_there_is_room() {
+    // Two units of burst, one replenished every ten seconds.
+    let policy = GcraPolicy::new(
+        PolicyId::new("overflow").expect("valid"),
+        scope(0),
+        1,
+        Duration::from_secs(10),
+        2,
+    )
+    .expect("valid");
+    let clock = ManualClock::new();
+    let store = protected::<runlimit_memory::Gcra>(
+        Tiny {
+            max_keys: 1,
+            shards: 1,
+            width: 64,
+            depth: 2,
+        },
+        &clock,
+    );
+    let checked = |subject: u16| {
+        store
+            .check(&Check::new(&policy, key(subject)))
+            .expect("healthy")
+            .is_allowed()
+    };
+    let sketch_checks = || store.stats().overflow.expect("configured").checks;
+    assert!(checked(0), "the first key is stored");
+    assert!(checked(1) && checked(1), "the second overflows");
+    assert_eq!(sketch_checks(), 2);
+    // Key 0 replenishes fully (its entry may go); key 1 has one unit back.
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        checked(1),
+        "stored from its bound, with the unit replenished"
+    );
+    assert_eq!(sketch_checks(), 2, "decided by the table");
+    assert!(
+        !checked(1),
+        "and nothing more: the sketch's count came along"
+    );
 }

@@ -15,8 +15,10 @@
 
 use std::time::Duration;
 
-use runlimit_core::{Check, FixedWindowPolicy, PolicyId, ScopeId, SubjectKey};
-use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig, OverflowConfig};
+use runlimit_core::{Check, FixedWindowPolicy, GcraPolicy, PolicyId, ScopeId, SubjectKey};
+use runlimit_memory::{
+    Algorithm, FixedWindow, Gcra, ManualClock, MemoryStoreConfig, OverflowConfig, Store,
+};
 
 const MAX_KEYS: usize = 1_000;
 const FLOOD_KEYS: u64 = 10 * MAX_KEYS as u64;
@@ -35,17 +37,37 @@ fn subject(population: u64, index: u64) -> SubjectKey {
     SubjectKey::from_digest(digest)
 }
 
-/// Users with at least one check falsely denied, and flood checks admitted.
-fn measure(width: usize, depth: usize) -> (u64, u64) {
-    let policy = FixedWindowPolicy::new(
+fn fixed_window() -> FixedWindowPolicy {
+    FixedWindowPolicy::new(
         PolicyId::new("login").expect("valid"),
         ScopeId::new("account").expect("valid"),
         LIMIT,
         Duration::from_secs(60),
     )
-    .expect("valid");
+    .expect("valid")
+}
+
+/// The GCRA counterpart: a burst of the limit, replenished over the window.
+fn gcra() -> GcraPolicy {
+    GcraPolicy::new(
+        PolicyId::new("login").expect("valid"),
+        ScopeId::new("account").expect("valid"),
+        LIMIT,
+        Duration::from_secs(60),
+        LIMIT,
+    )
+    .expect("valid")
+}
+
+/// Users with at least one check falsely denied, and flood checks admitted,
+/// for fixed windows.
+fn measure(width: usize, depth: usize) -> (u64, u64) {
+    measure_with::<FixedWindow>(&fixed_window(), width, depth)
+}
+
+fn measure_with<A: Algorithm>(policy: &A::Policy, width: usize, depth: usize) -> (u64, u64) {
     let clock = ManualClock::new();
-    let store = MemoryStore::new(
+    let store = Store::<A>::new(
         MemoryStoreConfig::new(MAX_KEYS)
             .expect("valid")
             .with_overflow(OverflowConfig::new(width, depth).expect("valid")),
@@ -54,7 +76,7 @@ fn measure(width: usize, depth: usize) -> (u64, u64) {
     let mut flood_admitted = 0;
     for index in 0..FLOOD_KEYS {
         let decision = store
-            .check(&Check::new(&policy, subject(1, index)))
+            .check(&Check::new(policy, subject(1, index)))
             .expect("healthy");
         flood_admitted += u64::from(decision.is_allowed());
         clock.advance(Duration::from_millis(1));
@@ -64,7 +86,7 @@ fn measure(width: usize, depth: usize) -> (u64, u64) {
         let mut denied = false;
         for _ in 0..CHECKS_PER_USER {
             let decision = store
-                .check(&Check::new(&policy, subject(2, user)))
+                .check(&Check::new(policy, subject(2, user)))
                 .expect("healthy");
             denied |= !decision.is_allowed();
         }
@@ -76,8 +98,21 @@ fn measure(width: usize, depth: usize) -> (u64, u64) {
 /// The width the count-min bound asks for: `e·N/(L - k)` with `N` the flood's
 /// units (the users' own add at most a tenth more).
 fn sized_width() -> usize {
-    let units = (FLOOD_KEYS + USERS * CHECKS_PER_USER) as f64;
-    (std::f64::consts::E * units / (LIMIT - CHECKS_PER_USER) as f64).ceil() as usize
+    // e to six decimals, in integers.
+    let cells = (UNITS * 2_718_282).div_ceil((LIMIT - CHECKS_PER_USER) * 1_000_000);
+    usize::try_from(cells).expect("small")
+}
+
+/// The units counted in the window: the flood's and the users'.
+const UNITS: u64 = FLOOD_KEYS + USERS * CHECKS_PER_USER;
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    f64::from(u32::try_from(part).expect("small")) / f64::from(u32::try_from(whole).expect("small"))
+}
+
+/// The count-min bound on the share of estimates above `e·N/width`.
+fn bound(depth: usize) -> f64 {
+    (-f64::from(u32::try_from(depth).expect("small"))).exp()
 }
 
 #[test]
@@ -85,8 +120,8 @@ fn false_denials_stay_within_the_count_min_bound() {
     let width = sized_width();
     for depth in [2, 4] {
         let (denied, flood_admitted) = measure(width, depth);
-        let bound = (-(depth as f64)).exp();
-        let share = denied as f64 / USERS as f64;
+        let bound = bound(depth);
+        let share = ratio(denied, USERS);
         println!(
             "width {width} depth {depth}: {denied} of {USERS} users falsely denied \
              ({:.2}%, bound {:.2}%); flood checks admitted {flood_admitted} of {FLOOD_KEYS}",
@@ -97,6 +132,25 @@ fn false_denials_stay_within_the_count_min_bound() {
         // Each flood key is within its own limit: the exact limiter admits
         // every flood check, the sketch at most as many.
         assert!(flood_admitted <= FLOOD_KEYS);
+    }
+}
+
+/// GCRA keeps arrival times rather than counts, but a cell's time runs ahead
+/// of a key's by the replenishment of the units the keys sharing it spent,
+/// so the same width bounds its false denials (with the burst as the limit).
+#[test]
+fn gcra_false_denials_stay_within_the_same_bound() {
+    let width = sized_width();
+    for depth in [2, 4] {
+        let (denied, flood_admitted) = measure_with::<Gcra>(&gcra(), width, depth);
+        let share = ratio(denied, USERS);
+        println!(
+            "GCRA width {width} depth {depth}: {denied} of {USERS} users falsely denied \
+             ({:.2}%, bound {:.2}%); flood checks admitted {flood_admitted} of {FLOOD_KEYS}",
+            share * 100.0,
+            bound(depth) * 100.0,
+        );
+        assert!(share <= bound(depth), "{share} above the bound");
     }
 }
 

@@ -1,7 +1,7 @@
 //! Serde support for configuration and telemetry values.
 #![cfg(feature = "serde")]
 
-use runlimit_memory::{MemoryStore, MemoryStoreConfig, MemoryStoreStats};
+use runlimit_memory::{MemoryStore, MemoryStoreConfig, MemoryStoreStats, OverflowConfig};
 use serde_json::json;
 
 #[test]
@@ -49,4 +49,29 @@ fn stats_serialize_for_telemetry() {
     );
     let back: MemoryStoreStats = serde_json::from_value(value).expect("deserializes");
     assert_eq!(back, store.stats());
+}
+
+#[test]
+fn an_overflow_tier_round_trips_and_is_validated_when_deserialized() {
+    let config = MemoryStoreConfig::new(100)
+        .expect("valid")
+        .with_overflow(OverflowConfig::new(1_024, 4).expect("valid"));
+    let value = serde_json::to_value(config).expect("serializes");
+    assert_eq!(value["overflow"], json!({"width": 1_024, "depth": 4}));
+    let back: MemoryStoreConfig = serde_json::from_value(value.clone()).expect("deserializes");
+    assert_eq!(back, config);
+    for invalid in [
+        json!({"width": 0, "depth": 4}),
+        json!({"width": 8, "depth": 9}),
+    ] {
+        let mut value = value.clone();
+        value["overflow"] = invalid;
+        assert!(serde_json::from_value::<MemoryStoreConfig>(value).is_err());
+    }
+
+    let stats = serde_json::to_value(MemoryStore::new(config).stats()).expect("serializes");
+    assert_eq!(
+        stats["overflow"],
+        json!({"checks": 0, "admitted": 0, "refused": 0, "sketches": 0, "bytes": 0})
+    );
 }

@@ -72,7 +72,7 @@ async fn flood(limiter: &Limited) -> (u64, Option<Denial>) {
         Check::new(&account, subject(4, 0)),
     ];
     let batch = limiter.check_all(&legitimate).await.expect("healthy");
-    (admitted, batch.denial().map(|(_, denial)| denial.clone()))
+    (admitted, batch.denial().map(|(_, denial)| *denial))
 }
 
 fn limiter(gate: MemoryStoreConfig) -> Limited {

@@ -235,6 +235,16 @@ impl RedisConfig {
         Ok(self)
     }
 
+    /// The Redis Cluster hash slot (0 to 16383) of `counter`'s key under
+    /// this configuration's prefix and routing: checks whose counters share
+    /// a slot can be one atomic batch on a cluster, others are refused with
+    /// [`CheckError::CrossSlot`](crate::CheckError::CrossSlot). For callers
+    /// that split a batch by slot.
+    #[must_use]
+    pub fn hash_slot(&self, counter: &runlimit_core::CounterKey) -> u16 {
+        crate::keys::hash_slot(&crate::keys::redis_key(self, counter))
+    }
+
     /// The key prefix.
     #[must_use]
     pub fn prefix(&self) -> &str {

@@ -138,5 +138,11 @@ mod naming {
         let key = redis_key(&tagged, &counter);
         assert!(key.starts_with("runlimit:{login}:"));
         assert_eq!(hash_slot(&key), hash_slot("{login}"));
+        // The configuration answers the same slots for callers.
+        assert_eq!(tagged.hash_slot(&counter), hash_slot("{login}"));
+        assert_eq!(
+            RedisConfig::default().hash_slot(&counter),
+            hash_slot(&redis_key(&RedisConfig::default(), &counter))
+        );
     }
 }

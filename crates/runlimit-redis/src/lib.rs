@@ -138,12 +138,16 @@
 //!   tagged by subject key ([`KeyRouting::PerSubject`]) and a subject key is
 //!   derived per policy id and scope, so a predecessor's counter shares its
 //!   successor's slot: a policy change costs one more round trip there too.
-//!   A previous secret's keys hash elsewhere: their states are read first
-//!   with one `MGET` (which the cluster connection sends to each slot's node
-//!   in parallel) and handed to the carrying script, so a rotation's first
-//!   check costs two more round trips; the states are read a round trip
-//!   before they are carried, so admissions a replica still keying by the
-//!   previous secret makes in between are not carried.
+//!   A previous secret's keys hash elsewhere: while a check's subject key
+//!   has a previous one, their states are read with one `MGET` sent beside
+//!   the check (the cluster connection sends it to each slot's node in
+//!   parallel), and handed to the carrying script when the counter must
+//!   carry, so a rotation's first check also costs one more round trip,
+//!   once per subject. Until the previous secret is dropped, every check of
+//!   such a subject sends that `MGET` too: no wait, but one more command per
+//!   check. The states are read a round trip before they are carried, so
+//!   admissions a replica still keying by the previous secret makes in
+//!   between are not carried.
 //! * A peek of a counter that may carry is one read-only script that reads
 //!   the counter and its sources in its slot (on a cluster, with an `MGET`
 //!   after it for sources elsewhere when the counter holds no live state),

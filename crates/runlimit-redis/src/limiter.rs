@@ -638,40 +638,84 @@ where
     /// Decides `checks` (one check or a batch) in one invocation, coalesced
     /// with others where it can be; a marked check whose counter holds no
     /// live state makes it write nothing and answer that it must carry, and
-    /// a carrying invocation decides instead.
+    /// a carrying invocation decides instead. Sources in another slot are
+    /// read alongside the first invocation, so a carry costs one more round
+    /// trip, never two.
     async fn decide(&self, checks: &[Check<'_, P>]) -> Result<Vec<(Decision, Stamp)>, CheckError> {
         let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
         let keys = self.keys(checks)?;
         let arguments = P::arguments(checks, Marking::Marked);
-        let reply: Vec<i64> = if self.config.max_coalesced() > 1 {
-            // On a cluster a member's keys share one slot (checked above).
-            let slot = if self.cluster { hash_slot(&keys[0]) } else { 0 };
-            self.coalescer()
-                .decide(
-                    slot,
-                    Member { keys, arguments },
-                    self.config.operation_timeout(),
-                    async |members| self.send(members).await,
-                )
-                .await?
-        } else {
-            self.invoke(P::script(), &keys, &arguments).await?
+        // On a cluster a member's keys share one slot (checked above).
+        let slot = self.cluster.then(|| hash_slot(&keys[0]));
+        let first = async {
+            if self.config.max_coalesced() > 1 {
+                self.coalescer()
+                    .decide(
+                        slot.unwrap_or(0),
+                        Member { keys, arguments },
+                        self.config.operation_timeout(),
+                        async |members| self.send(members).await,
+                    )
+                    .await
+            } else {
+                self.invoke(P::script(), &keys, &arguments).await
+            }
         };
+        let (reply, prefetched) = self.with_remote_sources(checks, slot, first).await;
+        let reply: Vec<i64> = reply?;
         let reply = if must_carry(&reply) {
             let keys = self.keys(checks)?;
             let arguments = P::arguments(checks, Marking::Unmarked);
-            self.invoke_carrying(P::carrying_script(), checks, keys, &arguments, deadline)
-                .await?
+            self.invoke_carrying(
+                P::carrying_script(),
+                checks,
+                keys,
+                &arguments,
+                prefetched,
+                deadline,
+            )
+            .await?
         } else {
             reply
         };
         P::decisions(checks, &reply).ok_or(CheckError::UnexpectedReply)
     }
 
+    /// Runs `first`, the marked invocation for `checks` on a counter in
+    /// `slot` (`None`: one server). On a cluster, when a check may carry
+    /// from a key in another slot (a previous secret's), reads those
+    /// sources' states in parallel with it, for a carrying invocation to be
+    /// handed without another round trip; where that read fails, the states
+    /// are `None` and a carry reads them again.
+    async fn with_remote_sources<T>(
+        &self,
+        checks: &[Check<'_, P>],
+        slot: Option<u16>,
+        first: impl Future<Output = Result<T, CheckError>>,
+    ) -> (Result<T, CheckError>, Option<Vec<Option<String>>>) {
+        let Some(slot) = slot else {
+            return (first.await, None);
+        };
+        if !checks
+            .iter()
+            .any(|check| check.carry_sources().next().is_some())
+        {
+            return (first.await, None);
+        }
+        let sources = Sources::new(checks, &self.config, Some(slot));
+        let remote = sources.remote_keys();
+        if remote.is_empty() {
+            return (first.await, None);
+        }
+        let (reply, states) = tokio::join!(first, self.read_states(&remote));
+        (reply, states.ok())
+    }
+
     /// Runs `lua`, a carrying script, for `checks` on `keys` with their
     /// (unmarked) `arguments`, by the operation's `deadline`: the sources in
-    /// the counters' slot are read by the script, any other is read first
-    /// with one `MGET` (on a cluster, in parallel per slot) and handed over.
+    /// the counters' slot are read by the script, any other is handed over:
+    /// `prefetched`, their states read beside the marked invocation, or
+    /// else read first with one `MGET` (on a cluster, in parallel per slot).
     /// Reports each counter that carried to the observer; returns the reply
     /// of the invocation it wraps.
     async fn invoke_carrying<T: FromRedisValue>(
@@ -680,12 +724,16 @@ where
         checks: &[Check<'_, P>],
         keys: Vec<String>,
         arguments: &[i64],
+        prefetched: Option<Vec<Option<String>>>,
         deadline: tokio::time::Instant,
     ) -> Result<T, CheckError> {
         let carrying = async {
             let slot = self.cluster.then(|| hash_slot(&keys[0]));
             let sources = Sources::new(checks, &self.config, slot);
-            let remote = self.read_states(&sources.remote_keys()).await?;
+            let remote = match prefetched {
+                Some(states) => states,
+                None => self.read_states(&sources.remote_keys()).await?,
+            };
             let (keys, arguments) = sources.invocation(keys, arguments, &remote);
             self.invoke::<(Vec<i64>, T), _>(lua, &keys, &arguments)
                 .await
@@ -833,8 +881,12 @@ where
             let deadline = tokio::time::Instant::now() + self.config.operation_timeout();
             let keys = self.keys(std::slice::from_ref(check))?;
             let arguments = P::grant_arguments(check, up_to, Marking::Marked);
-            let (mut units, mut reply): (i64, Vec<i64>) =
-                self.invoke(P::grant_script(), &keys, &arguments).await?;
+            let slot = self.cluster.then(|| hash_slot(&keys[0]));
+            let first = self.invoke(P::grant_script(), &keys, &arguments);
+            let (first, prefetched) = self
+                .with_remote_sources(std::slice::from_ref(check), slot, first)
+                .await;
+            let (mut units, mut reply): (i64, Vec<i64>) = first?;
             if must_carry(&reply) {
                 let arguments = P::grant_arguments(check, up_to, Marking::Unmarked);
                 (units, reply) = self
@@ -843,6 +895,7 @@ where
                         std::slice::from_ref(check),
                         keys,
                         &arguments,
+                        prefetched,
                         deadline,
                     )
                     .await?;

@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! runlimit-server serve --config-dir DIR [--grpc-addr 0.0.0.0:8081] [--http-addr 0.0.0.0:8080]
-//!     [--backend memory] [--secret-file FILE] [--previous-secret-file FILE]
+//!     [--backend memory|redis|redis-cluster|postgres] [--secret-file FILE] [--previous-secret-file FILE]
 //!     [--budget 10ms] [--response-headers none|draft11|legacy|both] [--dynamic-metadata]
 //!     [--max-descriptors 16] [--reload-interval 1s] [--memory-max-keys N] [--memory-shards N]
+//!     [--redis-url URL] [--redis-cluster-nodes URL,URL…] [--redis-prefix runlimit:]
+//!     [--postgres-url URL] [--postgres-max-connections 16] [--postgres-relaxed-durability]
+//!     [--denial-cache-keys 100000] [--lease-keys 10000] [--lease-max-grant 64]
 //! runlimit-server check [--addr http://127.0.0.1:8081] --domain DOMAIN KEY=VALUE... [--hits N]
 //! ```
 //!
@@ -32,7 +35,7 @@ use tokio::net::TcpListener;
 use zeroize::Zeroizing;
 
 use crate::{
-    backend::{self, BackendArgs, WithLimiter},
+    backend::{self, BackendArgs, BackendNeeds, WithLimiter},
     config,
     metrics::Metrics,
     proto::{
@@ -244,11 +247,16 @@ async fn serve(args: ServeArgs) -> Result<(), ServeFailure> {
         args: &args,
         hasher,
         metrics,
-        reloader,
+        reloader: Arc::clone(&reloader),
         grpc,
         http,
     };
-    backend::with_backend(&args.backend, args.max_descriptors, serving).await??;
+    let needs = BackendNeeds::new(
+        args.max_descriptors,
+        args.budget,
+        Arc::clone(reloader.config()),
+    );
+    backend::with_backend(&args.backend, &needs, serving).await??;
     Ok(())
 }
 

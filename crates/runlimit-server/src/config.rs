@@ -201,7 +201,7 @@ mod schema;
 mod yaml;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs,
     path::{Path, PathBuf},
 };
@@ -223,6 +223,8 @@ pub use rule::{Limit, Rule, RulePath, Unit};
 pub struct Config {
     domains: schema::Domains,
     warnings: Vec<Warning>,
+    /// The policy ids of limited rules with `runlimit.lease: true`.
+    leased: HashSet<PolicyId>,
 }
 
 impl Config {
@@ -269,7 +271,28 @@ impl Config {
         let (domains, warnings) = loader
             .finish()
             .map_err(|problems| ConfigError::Invalid { problems })?;
-        Ok(Self { domains, warnings })
+        let leased = domains
+            .values()
+            .flat_map(Domain::rules)
+            .filter(|rule| rule.lease)
+            .filter_map(|rule| match &rule.limit {
+                Limit::Limited { policy, .. } => Some(policy.id().clone()),
+                _ => None,
+            })
+            .collect();
+        Ok(Self {
+            domains,
+            warnings,
+            leased,
+        })
+    }
+
+    /// Whether `policy` is the policy of a limited rule with
+    /// `rate_limit.runlimit.lease: true`, whose checks a shared backend
+    /// admits from leases.
+    #[must_use]
+    pub fn is_leased(&self, policy: &PolicyId) -> bool {
+        self.leased.contains(policy)
     }
 
     /// The domain named `name`.

@@ -99,6 +99,19 @@
 //! value reaches the store, logs, metrics or errors; a backend that fails or
 //! misses the budget is answered `UNAVAILABLE`, never `OK`.
 //!
+//! # Backends
+//!
+//! `--backend memory` (the default) counts in the process; `redis`,
+//! `redis-cluster` and `postgres` share counters between replicas, behind
+//! a denial cache, with leases for rules that ask for them
+//! (`runlimit: {lease: true}`: exact, a hot descriptor at local speed),
+//! every store operation within the budget, and the server serving (and
+//! answering `UNAVAILABLE`) while its store is down. On Redis Cluster a
+//! request costs one round trip per hash slot, in parallel; it is atomic
+//! within a slot and counted whole or not at all across slots, erring only
+//! toward denying ([`backend::SlotBatches`]). [`backend`] states each in
+//! full; [`cli`] lists the flags.
+//!
 //! # Differences from the reference service
 //!
 //! Where the service behaves otherwise than Envoy's reference rate-limit
@@ -118,6 +131,7 @@
 //! | `is_negative_hits` | ignored: the hits are counted | `INVALID_ARGUMENT` |
 //! | a malformed request | gRPC `UNKNOWN` (`/json`: 400) | `INVALID_ARGUMENT` (`/json`: 400) |
 //! | a backend failure | gRPC `UNKNOWN` after up to the backend's timeout (10 s for Redis); `/json`: 400 | `UNAVAILABLE` within the budget (10 ms unless configured); `/json`: 503 |
+//! | Redis Cluster | a round trip per descriptor, in series by default | a round trip per hash slot, in parallel; counted whole or not at all across slots |
 //! | counter keys | the descriptors' values, in clear | an HMAC of the entries with the server's secret |
 //! | statistics | per rule; per value with `detailed_metric`, `value_to_metric` and for limits in requests | per rule only (`domain`, `rule`); limits in requests by their keys, at most 256 labels |
 //! | descriptors per request | any number | 16 unless configured |

@@ -3,6 +3,8 @@
 
 #[cfg(unix)]
 pub mod binary;
+#[cfg(unix)]
+pub mod services;
 
 use std::{
     net::SocketAddr,
