@@ -82,7 +82,10 @@ pub enum NetworkLimitError {
 /// fixed-size, seeded sketch (64 KiB per level) that never under-counts, and
 /// a network is checked at a level once it has sent more than the peer
 /// policy's capacity in the level's current and previous window (its
-/// period, for GCRA). Until then it adds no check and no key.
+/// period, for GCRA). Until then it adds no check and no key. The sketch
+/// has 4,096 cells a row: with many more networks active per window than
+/// that, unrelated networks share cells and escalate sooner, which costs
+/// them the levels' checks and keys but never a quota of their own.
 ///
 /// What a network level guarantees: whatever number of peers a network
 /// spreads its requests over, the network as a whole is admitted, in any
