@@ -329,3 +329,49 @@ fn increment(cell: &AtomicU32, tag: u32) -> u32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Escalation;
+
+    const SPAN: Duration = Duration::from_secs(60);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_network_is_counted_over_the_current_and_previous_span() {
+        let escalation = Escalation::new(48, SPAN, 40);
+        let sketch = &escalation.shared;
+        let network = 0x2001_0db8_0a77_0000;
+        for sent in 1..=5 {
+            assert_eq!(sketch.observe(network), sent);
+        }
+        // The next span still counts the previous one's requests.
+        tokio::time::advance(SPAN).await;
+        assert_eq!(sketch.observe(network), 6);
+        // Two spans on, only the current one's.
+        tokio::time::advance(SPAN).await;
+        assert_eq!(sketch.observe(network), 2);
+        tokio::time::advance(2 * SPAN).await;
+        assert_eq!(sketch.observe(network), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_estimate_is_never_below_what_a_network_sent() {
+        let escalation = Escalation::new(48, SPAN, 40);
+        let sketch = &escalation.shared;
+        // Far more networks than cells: estimates grow, never shrink below
+        // each network's own count, across span boundaries too.
+        let networks: Vec<u64> = (0..20_000_u64).map(|index| index << 16).collect();
+        let mut sent = vec![0_u64; networks.len()];
+        for round in 0..6 {
+            for (index, network) in networks.iter().enumerate() {
+                if (index + round) % 3 == 0 {
+                    sent[index] += 1;
+                    assert!(sketch.observe(*network) >= sent[index]);
+                }
+            }
+            tokio::time::advance(SPAN / 3).await;
+        }
+    }
+}
