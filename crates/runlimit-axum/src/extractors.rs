@@ -140,6 +140,11 @@ impl PeerIp {
         Ok(self)
     }
 
+    /// The IPv6 prefix length peers are keyed on.
+    pub(crate) fn ipv6_prefix(&self) -> u8 {
+        self.ipv6_prefix
+    }
+
     /// The subject bytes for `address`.
     fn subject(&self, address: IpAddr) -> SmallSubject {
         match address.to_canonical() {
@@ -188,6 +193,16 @@ fn connect_info<T: Clone + Send + Sync + 'static>(parts: &Parts) -> Option<&T> {
                 .get::<MockConnectInfo<T>>()
                 .map(|MockConnectInfo(info)| info)
         })
+}
+
+/// The request's peer address as [`PeerIp`] finds it, IPv4-mapped IPv6
+/// addresses as IPv4; `None` without one.
+pub(crate) fn peer_address(parts: &Parts) -> Option<IpAddr> {
+    let address = match connect_info::<PeerConnection>(parts) {
+        Some(connection) => connection.address().ip(),
+        None => connect_info::<SocketAddr>(parts)?.ip(),
+    };
+    Some(address.to_canonical())
 }
 
 impl<P: Policy + 'static> KeyExtractor<P> for PeerIp {

@@ -14,6 +14,7 @@ use crate::{
     failure::FailureMode,
     fields::ResponseFields,
     kept::{Interner, Kept},
+    networks::PeerLimits,
     rejection::DefaultRejection,
     service::RateLimitService,
 };
@@ -380,6 +381,25 @@ where
             applies: None,
             disclosed: true,
         });
+        self
+    }
+
+    /// Adds the checks of `limits`: the peer's own, then one per IPv6
+    /// network level, from narrow to wide, each applying to IPv6 peers only,
+    /// once their network has escalated (see [`PeerLimits`]).
+    /// They join the layer's one atomic batch like any other check.
+    #[must_use]
+    pub fn check_peer(mut self, limits: PeerLimits<L::Policy>) -> Self
+    where
+        L::Policy: 'static,
+    {
+        let ((per_peer, peer), networks) = limits.into_levels();
+        self = self.check(per_peer, peer);
+        for ((policy, network), escalation) in networks {
+            self = self
+                .check(policy, network)
+                .only_when(move |parts: &Parts| escalation.applies(parts));
+        }
         self
     }
 

@@ -29,6 +29,9 @@
 //!   layer normalized), [`FromHeader`] (a header the caller sends) and
 //!   [`BodyField`] (a form or JSON field the caller sends), the last two
 //!   with the application's normalizing step;
+//! * [`RateLimitLayer::check_peer`] with [`PeerLimits`]: the peer's limit
+//!   and, for IPv6, limits on the wider networks it belongs to (a /56, a
+//!   /48), so a network spread over many /64s is held to one aggregate;
 //! * [`RateLimitLayer::key_reads_body`]: keys from a capped, buffered body
 //!   ([`RequestBody`]), for per-recipient limits on forms;
 //! * [`RateLimitLayer::only_when`]: checks that apply to some requests only;
@@ -136,6 +139,7 @@ mod future;
 pub mod grpc;
 mod kept;
 mod layer;
+mod networks;
 mod rejection;
 mod sent;
 mod service;
@@ -150,6 +154,7 @@ pub use failure::FailureMode;
 pub use fields::ResponseFields;
 pub use future::ResponseFuture;
 pub use layer::{ProcessLocalStorage, RateLimitLayer, ReserveError};
+pub use networks::{NetworkLimitError, PeerLimits};
 pub use rejection::{DefaultRejection, Rejection, RejectionMapper};
 pub use sent::{BodyField, FromHeader};
 pub use service::RateLimitService;

@@ -7,6 +7,7 @@
 //! cargo run -p runlimit-demo -- --replicas 3 --database-url postgres://postgres@127.0.0.1/test
 //! cargo run -p runlimit-demo -- --metrics 127.0.0.1:9100   # Prometheus metrics while it runs
 //! cargo run -p runlimit-demo -- --replicas 3 --leased --redis-url redis://127.0.0.1:6379/
+//! cargo run --release -p runlimit-demo -- --flood   # an IPv6 /48 floods the login form
 //! ```
 //!
 //! With a shared backend (`--database-url` or `--redis-url`) each replica runs
@@ -20,6 +21,12 @@
 //! (`runlimit_memory::Leased`) instead of a round trip per request; the
 //! summary reports admitted, denied, shared round trips and the units the
 //! leases gave back.
+//!
+//! With `--flood` the demo shows a flood of distinct keys instead: an IPv6 /48
+//! spread over its 65,536 /64s, each sending 40 logins a minute that name
+//! fresh accounts, against the README's login layer on a store of 50,000
+//! keys, beside 1,000 new legitimate users a minute; once without the IPv6
+//! network levels and once with them (`runlimit_demo::flood`).
 //!
 //! The load generator plays the role of a trusted reverse proxy: it connects
 //! from loopback and names the attacking network in `X-Forwarded-For`. The
@@ -52,6 +59,7 @@ use runlimit_core::{
     AdmissionObservation, Backend, FixedWindowPolicy, Grant, KeyHasher, Lifecycle, Limiter,
     Observer, PolicyId, ScopeId, Shared, SubjectKey, TieredPolicy, observers::MetricsObserver,
 };
+use runlimit_demo::flood;
 use runlimit_http::draft_11::Advertise;
 use runlimit_memory::{DenialCache, LeaseConfig, Leased, MemoryStore, MemoryStoreConfig, Tiered};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
@@ -74,6 +82,7 @@ struct Options {
     redis_url: Option<String>,
     metrics: Option<SocketAddr>,
     leased: bool,
+    flood: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -83,6 +92,7 @@ fn parse_options() -> Result<Options, String> {
         redis_url: None,
         metrics: None,
         leased: false,
+        flood: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -106,13 +116,14 @@ fn parse_options() -> Result<Options, String> {
                 );
             }
             "--leased" => options.leased = true,
+            "--flood" => options.flood = true,
             "--redis-url" => {
                 options.redis_url = Some(args.next().ok_or("--redis-url needs a Redis URL")?);
             }
             "-h" | "--help" => {
                 return Err(
                     "usage: runlimit-demo [--replicas N] [--database-url postgres://... | \
-                     --redis-url redis://...] [--metrics ADDRESS] [--leased]"
+                     --redis-url redis://...] [--metrics ADDRESS] [--leased] | --flood"
                         .to_owned(),
                 );
             }
@@ -829,6 +840,48 @@ fn report(
     Ok(())
 }
 
+/// An IPv6 /48 floods the README's login layer for a minute, without and
+/// then with the network levels; what legitimate users and the attacker got.
+async fn run_flood() -> Result<(), Box<dyn Error>> {
+    let flood = flood::Flood {
+        windows: 1,
+        ..flood::Flood::readme_ipv6()
+    };
+    println!(
+        "an IPv6 /48 sends {} logins a minute from 65,536 /64s, each naming a fresh account, \
+         to a store of {} keys; {} new users a minute log in from elsewhere",
+        flood.attack.per_window(),
+        flood.max_keys,
+        flood.legitimate_per_window
+    );
+    for (label, protection) in [
+        ("without network levels", flood::Protection::OFF),
+        (
+            "with network levels and the overflow tier",
+            flood::Protection::ON,
+        ),
+    ] {
+        let report = flood
+            .with_protection(protection)
+            .run()
+            .await
+            .map_err(|error| error.to_string())?;
+        println!(
+            "{label}: legitimate users {} of {} admitted ({:.1}%), {} answered 503 at capacity; \
+             the attacker {} of {} admitted; the store peaked at {} of {} keys",
+            report.legitimate.admitted,
+            report.legitimate.sent,
+            report.legitimate.admitted_share() * 100.0,
+            report.legitimate.at_capacity,
+            report.attack.admitted,
+            report.attack.sent,
+            report.peak_keys,
+            report.capacity,
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let options = match parse_options() {
@@ -838,7 +891,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(options).await {
+    let outcome = if options.flood {
+        run_flood().await
+    } else {
+        run(options).await
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let mut message = error.to_string();
