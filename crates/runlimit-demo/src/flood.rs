@@ -18,15 +18,24 @@
 use std::{
     error::Error,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use axum::{Router, body::Body, extract::ConnectInfo, routing::post};
 use http::{Request, StatusCode};
 use runlimit_axum::{BodyField, PeerIp, PeerLimits, RateLimitLayer};
-use runlimit_core::{FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
-use runlimit_memory::{ManualClock, MemoryStore, MemoryStoreConfig, OverflowConfig};
+use runlimit_core::{
+    AdmissionObservation, FixedWindowPolicy, KeyHasher, Limiter, Observer, PolicyId, ScopeId,
+    TieredPolicy,
+};
+use runlimit_http::draft_11::Advertise;
+use runlimit_memory::{
+    ManualClock, MemoryStore, MemoryStoreConfig, MemoryStoreStats, OverflowConfig, Tiered,
+};
 use tower::ServiceExt;
 
 /// The window of every login limit.
@@ -240,25 +249,85 @@ impl Flood {
     /// a request cannot be built.
     pub async fn run(&self) -> Result<Report, Box<dyn Error + Send + Sync>> {
         let clock = ManualClock::new();
+        let store = Arc::new(MemoryStore::new(self.store_config()?).with_clock(clock.clone()));
+        let hasher = KeyHasher::new(SECRET)?;
+        let app = login_router(
+            &hasher,
+            Arc::clone(&store),
+            self,
+            |policy| policy,
+            |policy| policy,
+        )?;
+        let mut report = self.drive(&app, &clock, || store.stats()).await?;
+        report.capacity = self.max_keys;
+        Ok(report)
+    }
+
+    /// Runs the flood against the production topology: a [`Tiered`] limiter
+    /// whose memory gate (the store [`run`](Self::run) uses, with its
+    /// protection) holds the per-client limit and the network levels, in
+    /// front of a shared store holding the per-account limit (a memory store
+    /// standing in for PostgreSQL or Redis). A request the gate refuses never
+    /// reaches the shared store, so [`Report::shared_checks`] counts every
+    /// check that could write a row there.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    pub async fn run_tiered(&self) -> Result<Report, Box<dyn Error + Send + Sync>> {
+        let clock = ManualClock::new();
+        let gate = MemoryStore::new(self.store_config()?).with_clock(clock.clone());
+        // Room for every key the run could bring, so the stand-in never
+        // refuses one and its count is the shared store's whole work.
+        let room = usize::try_from(
+            (self.attack_keys_per_window() + u64::from(self.legitimate_per_window))
+                * u64::from(self.windows),
+        )?;
+        let shared_checks = Arc::new(AtomicU64::new(0));
+        let shared = MemoryStore::new(MemoryStoreConfig::new(room.max(1))?)
+            .with_clock(clock.clone())
+            .with_observer(SharedChecks(Arc::clone(&shared_checks)));
+        let limiter = Arc::new(Tiered::new(gate, shared));
+        let hasher = KeyHasher::new(SECRET)?;
+        let app = login_router(
+            &hasher,
+            Arc::clone(&limiter),
+            self,
+            TieredPolicy::Gate,
+            TieredPolicy::Shared,
+        )?;
+        let mut report = self.drive(&app, &clock, || limiter.gate().stats()).await?;
+        report.capacity = self.max_keys;
+        report.shared_checks = shared_checks.load(Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// The bounded store's configuration, with the overflow tier when the
+    /// protection has it.
+    fn store_config(&self) -> Result<MemoryStoreConfig, Box<dyn Error + Send + Sync>> {
         let mut config = MemoryStoreConfig::new(self.max_keys)?.with_shard_count(self.shards)?;
         if self.protection.overflow {
             let (width, depth) = self.overflow;
             config = config.with_overflow(OverflowConfig::new(width, depth)?);
         }
-        let store = Arc::new(MemoryStore::new(config).with_clock(clock.clone()));
-        let hasher = KeyHasher::new(b"the flood scenario's secret, 32 bytes or more")?;
-        let app = login_router(&hasher, Arc::clone(&store), self)?;
+        Ok(config)
+    }
 
+    /// Sends the flood and the legitimate logins through `app`, advancing
+    /// `clock`; `stats` reads the bounded store.
+    async fn drive(
+        &self,
+        app: &Router,
+        clock: &ManualClock,
+        stats: impl Fn() -> MemoryStoreStats,
+    ) -> Result<Report, Box<dyn Error + Send + Sync>> {
         let attacks = self.attack.per_window();
         let legitimate = u64::from(self.legitimate_per_window);
         let per_window = attacks + legitimate;
         // One legitimate login every `spacing` requests, spread over the window.
         let spacing = per_window / legitimate.max(1);
         let step = WINDOW / u32::try_from(per_window).unwrap_or(u32::MAX);
-        let mut report = Report {
-            capacity: self.max_keys,
-            ..Report::default()
-        };
+        let mut report = Report::default();
         let mut user = 0_u32;
         let mut account = 0_u64;
         let started = Instant::now();
@@ -272,7 +341,7 @@ impl Flood {
                 if legitimate_turn {
                     legitimate_sent += 1;
                     let status =
-                        login(&app, self.newcomers.peer(user), &format!("user-{user}")).await?;
+                        login(app, self.newcomers.peer(user), &format!("user-{user}")).await?;
                     user += 1;
                     report.legitimate.count(status);
                 } else {
@@ -282,29 +351,52 @@ impl Flood {
                     );
                     attacking += 1;
                     account += 1;
-                    let status = login(&app, peer, &format!("victim-{account}")).await?;
+                    let status = login(app, peer, &format!("victim-{account}")).await?;
                     report.attack.count(status);
                 }
                 if slot.is_multiple_of(4_096) {
-                    report.peak_keys = report.peak_keys.max(store.stats().entries);
+                    report.peak_keys = report.peak_keys.max(stats().entries);
                 }
             }
         }
         report.elapsed = started.elapsed();
-        let stats = store.stats();
+        let stats = stats();
         report.peak_keys = report.peak_keys.max(stats.entries);
         report.overflow_bytes = stats.overflow.map_or(0, |overflow| overflow.bytes);
         Ok(report)
     }
 }
 
-/// The README's login route: per client, per account, on `store`, with the
-/// network levels when the flood's protection has them.
-fn login_router(
+/// The scenario's key secret.
+const SECRET: &[u8] = b"the flood scenario's secret, 32 bytes or more";
+
+/// Counts the checks that reach the shared store.
+#[derive(Debug)]
+struct SharedChecks(Arc<AtomicU64>);
+
+impl Observer for SharedChecks {
+    fn on_admission(&self, observation: &AdmissionObservation<'_>) {
+        let checks = u64::try_from(observation.batch_size()).unwrap_or(u64::MAX);
+        self.0.fetch_add(checks, Ordering::Relaxed);
+    }
+}
+
+/// The README's login route: per client, per account, on `limiter`, with
+/// the network levels when the flood's protection has them; `gate` and
+/// `shared` make the per-client (and network) and the per-account policies
+/// of the limiter's policy type.
+fn login_router<L>(
     hasher: &KeyHasher,
-    store: Arc<MemoryStore>,
+    limiter: Arc<L>,
     flood: &Flood,
-) -> Result<Router, Box<dyn Error + Send + Sync>> {
+    gate: impl Fn(FixedWindowPolicy) -> L::Policy,
+    shared: impl Fn(FixedWindowPolicy) -> L::Policy,
+) -> Result<Router, Box<dyn Error + Send + Sync>>
+where
+    L: Limiter + Send + Sync + 'static,
+    L::Policy: Advertise + Send + Sync + 'static,
+    L::Error: Send + Sync + 'static,
+{
     let login = PolicyId::new("auth.login")?;
     let per_client =
         FixedWindowPolicy::new(login.clone(), ScopeId::new("client")?, PER_CLIENT, WINDOW)?;
@@ -314,7 +406,7 @@ fn login_router(
         PER_ACCOUNT,
         WINDOW,
     )?;
-    let mut peers = PeerLimits::new(per_client, PeerIp::new(hasher));
+    let mut peers = PeerLimits::new(gate(per_client), PeerIp::new(hasher));
     if flood.protection.escalation {
         let per_56 = FixedWindowPolicy::new(
             login.clone(),
@@ -325,13 +417,13 @@ fn login_router(
         let per_48 =
             FixedWindowPolicy::new(login, ScopeId::new("client.48")?, flood.per_48, WINDOW)?;
         peers = peers
-            .with_ipv6_network(56, per_56)?
-            .with_ipv6_network(48, per_48)?;
+            .with_ipv6_network(56, gate(per_56))?
+            .with_ipv6_network(48, gate(per_48))?;
     }
-    let layer = RateLimitLayer::from_shared(store)
+    let layer = RateLimitLayer::from_shared(limiter)
         .check_peer(peers)
         .check(
-            per_account,
+            shared(per_account),
             BodyField::form(hasher, "account").normalize(|v| v.trim().to_lowercase()),
         )
         .withhold_fields()
@@ -407,6 +499,9 @@ pub struct Report {
     pub overflow_bytes: usize,
     /// Wall time of the whole run (the bench's number; never asserted).
     pub elapsed: Duration,
+    /// With [`Flood::run_tiered`], the checks that reached the shared store
+    /// (each could write a row there); otherwise 0.
+    pub shared_checks: u64,
 }
 
 impl Report {

@@ -118,3 +118,57 @@ async fn with_every_protection_on_an_ipv6_48_is_still_held_to_its_aggregate() {
         "{report:?}"
     );
 }
+
+/// The production topology: the per-client limit and the network levels in
+/// a memory gate, the per-account limit in a shared store behind it. Without
+/// the levels, every login the /48's /64s send within their own limits
+/// reaches the shared store, each naming a fresh account: a row per attacker
+/// key. With them, the gate refuses the /48 past its aggregate, so the
+/// shared store sees at most that many of its logins.
+#[tokio::test]
+async fn behind_a_tiered_gate_an_ipv6_48_cannot_write_a_row_per_key_to_the_shared_store() {
+    let unprotected = ipv6_flood(Protection::OFF)
+        .run_tiered()
+        .await
+        .expect("the scenario runs");
+    println!("tiered, unprotected: {unprotected:?}");
+    assert!(
+        unprotected.shared_checks >= unprotected.attack.sent / 2,
+        "{unprotected:?}"
+    );
+
+    let flood = ipv6_flood(Protection::ON);
+    let report = flood.run_tiered().await.expect("the scenario runs");
+    println!("tiered, protected: {report:?}");
+    assert_eq!(
+        report.legitimate.other + report.attack.other,
+        0,
+        "{report:?}"
+    );
+    assert!(report.peak_keys <= report.capacity, "{report:?}");
+    assert!(report.legitimate.admitted_share() >= 0.99, "{report:?}");
+    let attack_bound = (PER_48 + PER_CLIENT) * u64::from(flood.windows + 1);
+    assert!(report.attack.admitted <= attack_bound, "{report:?}");
+    // The shared store saw the legitimate logins and the /48's aggregate.
+    assert!(
+        report.shared_checks <= report.legitimate.sent + attack_bound,
+        "{report:?}"
+    );
+}
+
+/// A botnet of IPv4 addresses shares no prefix: each address is held to its
+/// own limit, and the gate's overflow tier keeps new users served while its
+/// table is full.
+#[tokio::test]
+async fn behind_a_tiered_gate_an_ipv4_botnet_cannot_lock_anyone_out() {
+    let flood = ipv4_flood(Protection::ON);
+    let report = flood.run_tiered().await.expect("the scenario runs");
+    assert_eq!(
+        report.legitimate.other + report.attack.other,
+        0,
+        "{report:?}"
+    );
+    assert!(report.peak_keys <= report.capacity, "{report:?}");
+    assert!(report.legitimate.admitted_share() >= 0.99, "{report:?}");
+    assert_eq!(report.legitimate.at_capacity, 0, "{report:?}");
+}
