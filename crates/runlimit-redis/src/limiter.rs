@@ -1250,6 +1250,10 @@ fn coalesced_arguments(members: &[Member]) -> Vec<i64> {
     arguments
 }
 
+/// Reads a lone check's reply from the state it was decided on, its time
+/// and its arguments (see [`RedisPolicy::lone_reply`]).
+type LoneReply = fn(&[u8], i64, &[i64]) -> Option<Vec<i64>>;
+
 /// Splits a coalesced invocation's flat reply into the replies single
 /// invocations of members with these `arguments` would have given (each
 /// ending with `now`); `None` if it is not one. The reply is `now`, then per
@@ -1260,7 +1264,7 @@ fn coalesced_arguments(members: &[Member]) -> Vec<i64> {
 fn split_coalesced(
     reply: &[redis::Value],
     arguments: &[Vec<i64>],
-    lone: fn(&[u8], i64, &[i64]) -> Option<Vec<i64>>,
+    lone: LoneReply,
 ) -> Option<Vec<Vec<i64>>> {
     let integer = |value: &redis::Value| match value {
         redis::Value::Int(value) => Some(*value),
@@ -1371,7 +1375,10 @@ fn sliding_window_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec
         return None;
     }
     let total = counts.iter().fold(0i64, |sum, &c| sum.saturating_add(c));
-    let sent = counts.iter().rposition(|&c| c > 0).map_or(0, |last| last + 1);
+    let sent = counts
+        .iter()
+        .rposition(|&c| c > 0)
+        .map_or(0, |last| last + 1);
     let mut reply = Vec::with_capacity(5 + sent);
     reply.extend([
         i64::from(total.saturating_add(cost) > limit),
@@ -1929,10 +1936,7 @@ mod tests {
                 "{bad}"
             );
         }
-        assert_eq!(
-            split(&[Int(99), state("3:120")], &[vec![1]]),
-            None
-        );
+        assert_eq!(split(&[Int(99), state("3:120")], &[vec![1]]), None);
     }
 
     #[test]

@@ -209,7 +209,10 @@ async fn coalesced_lone_checks_of_every_window_admit_exactly_and_report_their_ow
     );
     let any_fixed = AnyPolicy::from(window("coalesced.any-fixed", 100));
     for (name, policy) in [("any sliding", any_sliding), ("any fixed", any_fixed)] {
-        remaining.push((name, hot_and_fresh(Arc::clone(&any), Arc::new(policy)).await));
+        remaining.push((
+            name,
+            hot_and_fresh(Arc::clone(&any), Arc::new(policy)).await,
+        ));
     }
     for (name, mut reported) in remaining {
         reported.sort_unstable();

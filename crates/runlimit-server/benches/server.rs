@@ -48,7 +48,8 @@ use runlimit_server::{
     metrics::Metrics,
     proto::{
         RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitService,
-        RateLimitServiceClient, RateLimitServiceServer, rate_limit_descriptor::Entry,
+        RateLimitServiceClient, RateLimitServiceServer,
+        rate_limit_descriptor::Entry,
         rate_limit_response::{Code, DescriptorStatus},
     },
     reload::SharedConfig,
@@ -71,7 +72,10 @@ const TTL_SECONDS: u64 = 3_600;
 
 const ALGORITHMS: [(&str, &str); 3] = [
     ("fixed window", ""),
-    ("sliding window", "\n      runlimit: {algorithm: sliding_window}"),
+    (
+        "sliding window",
+        "\n      runlimit: {algorithm: sliding_window}",
+    ),
     ("GCRA", "\n      runlimit: {algorithm: gcra}"),
 ];
 
@@ -692,7 +696,12 @@ fn report(workloads: &[Workload], results: &[Vec<Measured>]) {
     println!();
     println!("targets:");
     for (index, workload) in workloads.iter().enumerate() {
-        let p99 = median(results[index].iter().map(|m| m.p99.as_secs_f64() * 1e3).collect());
+        let p99 = median(
+            results[index]
+                .iter()
+                .map(|m| m.p99.as_secs_f64() * 1e3)
+                .collect(),
+        );
         let met = |ok: bool| if ok { "met" } else { "NOT met" };
         match workload.group {
             "memory" => {
