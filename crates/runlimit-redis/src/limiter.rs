@@ -350,6 +350,14 @@ pub trait RedisPolicy: Policy + sealed::Sealed + 'static {
         let _ = (state, now, arguments);
         None
     }
+    /// Whether a lone check with these `arguments`, sent alone, costs the
+    /// server less through the coalesced script than through the single
+    /// one (sliding windows: 69,000 instructions against 103,000).
+    #[doc(hidden)]
+    fn lone_is_cheaper_coalesced(arguments: &[i64]) -> bool {
+        let _ = arguments;
+        false
+    }
 }
 
 /// A quota shared through Redis or Redis Cluster.
@@ -756,10 +764,14 @@ where
         }
     }
 
-    /// One invocation for `members`: the single-member script for one, the
-    /// coalesced script for several (one reply per member).
+    /// One invocation for `members`: the single-member script for one
+    /// (but a lone check its algorithm decides more cheaply through the
+    /// coalesced script), the coalesced script for several (one reply per
+    /// member).
     async fn send(&self, members: Vec<Member>) -> Result<Vec<Vec<i64>>, CheckError> {
-        if let [member] = members.as_slice() {
+        if let [member] = members.as_slice()
+            && !(member.keys.len() == 1 && P::lone_is_cheaper_coalesced(&member.arguments))
+        {
             let reply = self
                 .invoke(P::script(), &member.keys, &member.arguments)
                 .await?;
@@ -1715,6 +1727,10 @@ impl RedisPolicy for SlidingWindowPolicy {
 
     fn lone_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec<i64>> {
         sliding_window_reply(state, now, arguments)
+    }
+
+    fn lone_is_cheaper_coalesced(_: &[i64]) -> bool {
+        true
     }
 
     fn carrying_script() -> &'static Lua {

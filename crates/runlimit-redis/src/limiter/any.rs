@@ -89,6 +89,10 @@ impl RedisPolicy for AnyPolicy {
         }
     }
 
+    fn lone_is_cheaper_coalesced(arguments: &[i64]) -> bool {
+        arguments.first() == Some(&2)
+    }
+
     /// Per check its algorithm, then its algorithm's arguments, padded.
     fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64> {
         let mut arguments = Vec::with_capacity(checks.len() * PER_KEY);
