@@ -16,8 +16,10 @@
 #                    SET ... PX in one script).
 # With MARKED=1 the checks are marked as those of a policy that continues
 # from another (a negative window): what a check of a subject whose counter
-# carried already costs.
-# Usage: [MARKED=1] scripts/redis-script-cost.sh [script] [MEMBERS|lone] | minimal.
+# carried already costs. With ALGORITHM=sliding the checks are sliding-window
+# checks of the same limit and window (their arguments: limit, an eighth of
+# the window, cost; a marked check's limit is negative).
+# Usage: [MARKED=1] [ALGORITHM=sliding] scripts/redis-script-cost.sh [script] [MEMBERS|lone] | minimal.
 # Needs valgrind, redis-server and redis-benchmark; takes about a minute.
 set -euo pipefail
 form=function
@@ -27,9 +29,21 @@ if [[ "${1:-}" == script ]]; then
 fi
 what="${1:-15}"
 invocations="${INVOCATIONS:-2000}"
+limit=1000000000
 window=60000000
 if [[ "${MARKED:-0}" == 1 ]]; then
     window=-60000000
+fi
+algorithm="${ALGORITHM:-fixed}"
+parts=(fixed_window.lua)
+coalesced_parts=(fixed_window.lua fixed_window_coalesced.lua)
+if [[ "$algorithm" == sliding ]]; then
+    parts=(eighths.lua sliding_window.lua)
+    coalesced_parts=(eighths.lua sliding_window.lua sliding_window_coalesced.lua)
+    window=7500000
+    if [[ "${MARKED:-0}" == 1 ]]; then
+        limit=-1000000000
+    fi
 fi
 source_dir="$(cd "$(dirname "$0")/../crates/runlimit-redis/src" && pwd)"
 work="$(mktemp -d)"
@@ -75,18 +89,19 @@ if [[ "$what" == minimal ]]; then
     command=(evalsha "$sha" 1 "rl:{bench}:__rand_int__")
 elif [[ "$what" == lone ]]; then
     members=1
-    prepare fixed_window.lua single.lua
-    # One key; its limit, window in microseconds and cost.
-    command+=(1 "rl:{bench}:__rand_int__" 1000000000 "$window" 1)
+    prepare "${parts[@]}" single.lua
+    # One key; its limit, window (an eighth of it for a sliding window) in
+    # microseconds and cost.
+    command+=(1 "rl:{bench}:__rand_int__" "$limit" "$window" 1)
 else
     members="$what"
-    prepare fixed_window.lua fixed_window_coalesced.lua coalesced.lua coalesced_script.lua
+    prepare "${coalesced_parts[@]}" coalesced.lua coalesced_script.lua
     # KEYS: one random key per member; ARGV: one run of lone checks sharing
     # their arguments (0: no key repeats; -MEMBERS, then limit, window in
     # microseconds, cost).
     command+=("$members")
     for _ in $(seq 1 "$members"); do command+=("rl:{bench}:__rand_int__"); done
-    command+=(0 "-$members" 1000000000 "$window" 1)
+    command+=(0 "-$members" "$limit" "$window" 1)
 fi
 
 drive() {
@@ -97,6 +112,7 @@ drive() {
 # only the checks that follow.
 measured=("${command[@]}")
 command=("${command[@]/#-60000000/60000000}")
+command=("${command[@]/#-1000000000/1000000000}")
 drive $((40000 / members + 1000))
 command=("${measured[@]}")
 callgrind_control -z >/dev/null 2>&1
@@ -117,4 +133,4 @@ if [[ "$form" == script ]]; then
 fi
 own="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
     awk -v entry="$entry" '!found && $0 ~ entry { found = 1; gsub(",", "", $1); print $1 }')"
-echo "$members member(s) per invocation ($form$marked): $((total / (invocations * members))) server instructions per check, $((${own:-0} / (invocations * members))) in $entry"
+echo "$members member(s) per invocation ($algorithm, $form$marked): $((total / (invocations * members))) server instructions per check, $((${own:-0} / (invocations * members))) in $entry"

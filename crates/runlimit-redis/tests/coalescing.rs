@@ -9,7 +9,8 @@ use std::{sync::Arc, time::Duration};
 
 use redis::aio::MultiplexedConnection;
 use runlimit_core::{
-    BatchDecision, Check, FixedWindowPolicy, Limiter, PolicyId, ScopeId, SubjectKey,
+    AnyPolicy, BatchDecision, Check, FixedWindowPolicy, Limiter, PolicyId, ScopeId,
+    SlidingWindowPolicy, SubjectKey,
 };
 use runlimit_redis::{CheckError, RedisConfig, RedisLimiter};
 
@@ -165,4 +166,93 @@ async fn coalescing_can_be_turned_off() {
     }
     assert_eq!(scripts(&mut admin).await - before, 160);
     assert!(RedisConfig::default().with_coalescing(0).is_err());
+}
+
+/// 32 tasks × 8 checks of one key (limit 100), each task's first check on a
+/// key of its own: through coalesced invocations, sliding windows (alone
+/// and as `AnyPolicy`, and fixed windows as `AnyPolicy`) admit exactly the
+/// limit on the shared key, each admission reports its own remaining count
+/// (100 admissions, 99 down to 0), and a fresh key reports one unit used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_lone_checks_of_every_window_admit_exactly_and_report_their_own_counts() {
+    let Some((_server, url)) = common::private_server().await else {
+        return;
+    };
+    let sliding = SlidingWindowPolicy::new(
+        PolicyId::new("coalesced.sliding").expect("valid"),
+        ScopeId::new("client").expect("valid"),
+        100,
+        Duration::from_secs(3_600),
+    )
+    .expect("valid");
+    let typed = Arc::new(
+        RedisLimiter::<_, SlidingWindowPolicy>::connect(&url, RedisConfig::default())
+            .await
+            .expect("connect"),
+    );
+    let mut remaining = Vec::new();
+    let policy = Arc::new(sliding.clone());
+    remaining.push(("sliding", hot_and_fresh(typed, policy).await));
+    let any = Arc::new(
+        RedisLimiter::<_, AnyPolicy>::connect(&url, RedisConfig::default())
+            .await
+            .expect("connect"),
+    );
+    let any_sliding = AnyPolicy::from(
+        SlidingWindowPolicy::new(
+            PolicyId::new("coalesced.any-sliding").expect("valid"),
+            ScopeId::new("client").expect("valid"),
+            100,
+            Duration::from_secs(3_600),
+        )
+        .expect("valid"),
+    );
+    let any_fixed = AnyPolicy::from(window("coalesced.any-fixed", 100));
+    for (name, policy) in [("any sliding", any_sliding), ("any fixed", any_fixed)] {
+        remaining.push((
+            name,
+            hot_and_fresh(Arc::clone(&any), Arc::new(policy)).await,
+        ));
+    }
+    for (name, mut reported) in remaining {
+        reported.sort_unstable();
+        assert_eq!(reported, (0..100).collect::<Vec<u64>>(), "{name}");
+    }
+}
+
+/// Runs the checks of the test above with `policy`; returns the remaining
+/// counts the shared key's admissions reported.
+async fn hot_and_fresh<L, P>(limiter: Arc<L>, policy: Arc<P>) -> Vec<u64>
+where
+    L: Limiter<Policy = P> + Send + Sync + 'static,
+    L::Error: std::fmt::Debug,
+    P: runlimit_core::Policy + Send + Sync + 'static,
+{
+    let mut tasks = Vec::new();
+    for task in 0..32u16 {
+        let (limiter, policy) = (Arc::clone(&limiter), Arc::clone(&policy));
+        tasks.push(tokio::spawn(async move {
+            let fresh = limiter
+                .check(&Check::new(&*policy, key(100 + task)))
+                .await
+                .expect("decided");
+            assert_eq!(fresh.remaining(), Some(99), "a fresh key");
+            let mut remaining = Vec::new();
+            for _ in 0..8 {
+                let decision = limiter
+                    .check(&Check::new(&*policy, key(1)))
+                    .await
+                    .expect("decided");
+                if decision.is_allowed() {
+                    remaining.push(decision.remaining().expect("a limit"));
+                }
+            }
+            remaining
+        }));
+    }
+    let mut remaining = Vec::new();
+    for task in tasks {
+        remaining.extend(task.await.expect("task"));
+    }
+    remaining
 }

@@ -76,6 +76,23 @@ impl RedisPolicy for AnyPolicy {
         &ANY_CARRYING
     }
 
+    /// The state a lone fixed- or sliding-window check was decided on, read
+    /// as that algorithm reads it (the run's arguments begin with the
+    /// algorithm).
+    fn lone_reply(state: &[u8], now: i64, arguments: &[i64]) -> Option<Vec<i64>> {
+        let (&kind, rest) = arguments.split_first()?;
+        let own = rest.get(..3)?;
+        match kind {
+            1 => FixedWindowPolicy::lone_reply(state, now, own),
+            2 => SlidingWindowPolicy::lone_reply(state, now, own),
+            _ => None,
+        }
+    }
+
+    fn lone_is_cheaper_coalesced(arguments: &[i64]) -> bool {
+        arguments.first() == Some(&2)
+    }
+
     /// Per check its algorithm, then its algorithm's arguments, padded.
     fn arguments(checks: &[Check<'_, Self>], marking: Marking) -> Vec<i64> {
         let mut arguments = Vec::with_capacity(checks.len() * PER_KEY);
