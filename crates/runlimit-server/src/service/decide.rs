@@ -113,6 +113,20 @@ where
     if !enforced.is_empty() {
         if decision.enforced_over() {
             decision.peek(limiter, &enforced).await?;
+        } else if !plan.groups.iter().any(|group| group.class == Class::Quota) {
+            // Without quota-mode descriptors nothing can make the request
+            // over once the batch is admitted,
+            // so nothing will be given back: no receipt is needed, and a
+            // lone check takes the backend's cheapest path (coalesced on
+            // Redis).
+            let checks = decision.checks(&enforced);
+            if let ([group], [check]) = (enforced.as_slice(), checks.as_slice()) {
+                let decided = limiter.check(check).await?;
+                decision.groups[*group] = Some(Verdict::of(&decided));
+            } else {
+                let batch = limiter.check_all(&checks).await?;
+                decision.settle_batch(limiter, &enforced, &batch).await?;
+            }
         } else {
             let checks = decision.checks(&enforced);
             let (batch, receipt) = limiter.admit_all(&checks).await?.into_parts();
