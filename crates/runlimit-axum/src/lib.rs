@@ -154,7 +154,7 @@ pub use failure::FailureMode;
 pub use fields::ResponseFields;
 pub use future::ResponseFuture;
 pub use layer::{ProcessLocalStorage, RateLimitLayer, ReserveError};
-pub use networks::{NetworkLimitError, PeerLimits};
+pub use networks::{MAX_ESCALATING_PEER_LIMIT, NetworkLimitError, PeerLimits};
 pub use rejection::{DefaultRejection, Rejection, RejectionMapper};
 pub use sent::{BodyField, FromHeader};
 pub use service::RateLimitService;

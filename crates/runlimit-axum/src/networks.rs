@@ -15,6 +15,18 @@
 //! network of one busy host, and every network on the normal path, costs
 //! a few atomic increments and no keys; a network whose children flood is
 //! checked at every level from then on.
+//!
+//! The bound: per span of a level, a network is admitted at most the
+//! level's limit plus the requests it sent before escalating, which number
+//! at most the peer's limit (counted in requests: where checks cost more
+//! than one unit, by [`reserve`](crate::RateLimitLayer::reserve) or
+//! weights, those requests may take up to their cost each). The sketch's
+//! spans start when the layer is built and do not follow a sliding level's
+//! eighths, so a sliding-window level may see up to two spans' worth of
+//! unescalated requests in one of its windows; a fixed-window or GCRA
+//! level, with a span equal to its window or period, sees one. The sketch
+//! counts up to 2²⁴ − 1 requests a span per cell, so a peer limit above
+//! that is refused when a level is added.
 
 use std::{
     hash::BuildHasher,
@@ -64,7 +76,21 @@ pub enum NetworkLimitError {
     /// request context and metrics tell the levels apart.
     #[error("each IPv6 network level needs a policy of its own")]
     SamePolicy,
+    /// The peer's limit is beyond what the escalation sketch counts in a
+    /// span ([`MAX_ESCALATING_PEER_LIMIT`]): its network would never
+    /// escalate.
+    #[error(
+        "a peer limit with IPv6 network levels must be at most {MAX_ESCALATING_PEER_LIMIT}, got {capacity}"
+    )]
+    PeerLimitTooLarge {
+        /// The peer policy's capacity.
+        capacity: u64,
+    },
 }
+
+/// The largest peer limit [`PeerLimits::with_ipv6_network`] accepts: the
+/// most requests a span the escalation sketch counts per cell.
+pub const MAX_ESCALATING_PEER_LIMIT: u64 = COUNT_MAX as u64;
 
 /// A limit on the peer's address and on the wider IPv6 networks it belongs
 /// to, added with [`RateLimitLayer::check_peer`](crate::RateLimitLayer::check_peer).
@@ -160,6 +186,12 @@ impl<P: Policy> PeerLimits<P> {
         let narrowest = narrower_peer.ipv6_prefix();
         if bits == 0 {
             return Err(NetworkLimitError::Empty);
+        }
+        let peer_limit = self.peer.0.capacity();
+        if peer_limit > MAX_ESCALATING_PEER_LIMIT {
+            return Err(NetworkLimitError::PeerLimitTooLarge {
+                capacity: peer_limit,
+            });
         }
         if bits >= narrowest {
             return Err(NetworkLimitError::NotWider { bits, narrowest });

@@ -242,6 +242,16 @@ fn mistaken_levels_are_refused_when_built() {
         peers().with_ipv6_network(48, policy("client", 10)).err(),
         Some(NetworkLimitError::SamePolicy)
     );
+    // A peer limit the escalation sketch cannot count up to.
+    let too_large = runlimit_axum::MAX_ESCALATING_PEER_LIMIT + 1;
+    assert_eq!(
+        PeerLimits::new(policy("client", too_large), PeerIp::new(&hasher))
+            .with_ipv6_network(48, policy("n", too_large))
+            .err(),
+        Some(NetworkLimitError::PeerLimitTooLarge {
+            capacity: too_large
+        })
+    );
     // A peer keyed on its /56 takes network levels wider than that only.
     let per_56 = PeerLimits::new(
         policy("client", 10),

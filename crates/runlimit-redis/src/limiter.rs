@@ -682,7 +682,9 @@ where
                 self.invoke(P::script(), &keys, &arguments).await
             }
         };
-        let (reply, prefetched) = self.with_remote_sources(checks, slot, first).await;
+        let (reply, prefetched) = self
+            .with_remote_sources(checks, slot, first, |reply: &Vec<i64>| must_carry(reply))
+            .await;
         let reply: Vec<i64> = reply?;
         let reply = if must_carry(&reply) {
             let keys = self.keys(checks)?;
@@ -713,6 +715,7 @@ where
         checks: &[Check<'_, P>],
         slot: Option<u16>,
         first: impl Future<Output = Result<T, CheckError>>,
+        must_carry: impl Fn(&T) -> bool,
     ) -> (Result<T, CheckError>, Option<Vec<Option<String>>>) {
         let Some(slot) = slot else {
             return (first.await, None);
@@ -728,8 +731,23 @@ where
         if remote.is_empty() {
             return (first.await, None);
         }
-        let (reply, states) = tokio::join!(first, self.read_states(&remote));
-        (reply, states.ok())
+        // The read runs beside the invocation; a check that need not carry
+        // answers as soon as its invocation does, dropping the read, so a
+        // slow node holding the previous keys delays only carries.
+        let read = self.read_states(&remote);
+        tokio::pin!(first, read);
+        let mut states = None;
+        let reply = loop {
+            tokio::select! {
+                biased;
+                reply = &mut first => break reply,
+                read = &mut read, if states.is_none() => states = Some(read.ok()),
+            }
+        };
+        if states.is_none() && reply.as_ref().is_ok_and(must_carry) {
+            states = Some(read.await.ok());
+        }
+        (reply, states.flatten())
     }
 
     /// Runs `lua`, a carrying script, for `checks` on `keys` with their
@@ -909,7 +927,12 @@ where
             let slot = self.cluster.then(|| hash_slot(&keys[0]));
             let first = self.invoke(P::grant_script(), &keys, &arguments);
             let (first, prefetched) = self
-                .with_remote_sources(std::slice::from_ref(check), slot, first)
+                .with_remote_sources(
+                    std::slice::from_ref(check),
+                    slot,
+                    first,
+                    |(_, reply): &(i64, Vec<i64>)| must_carry(reply),
+                )
                 .await;
             let (mut units, mut reply): (i64, Vec<i64>) = first?;
             if must_carry(&reply) {

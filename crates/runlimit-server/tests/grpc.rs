@@ -542,3 +542,32 @@ async fn malformed_requests_are_invalid_arguments_and_count_nothing() {
     assert_eq!(summary(&response.statuses[0]), (Code::Ok, 2, Some(60)));
     server.stop().await;
 }
+
+/// A quota-mode descriptor that is over without being counted (peeked with
+/// `hits_addend: 0`, or a rule blocking everything) makes the request over
+/// when it is the only one: the enforced descriptors beside it consume
+/// nothing.
+#[tokio::test]
+async fn a_request_over_by_a_peeked_quota_descriptor_consumes_nothing() {
+    let clock = ManualClock::new();
+    let mut server = start(RULES, &clock).await;
+    // Spend quota_a.
+    let spent = server.decide(one(&[("quota_a", "lee")])).await;
+    assert_eq!(spent.overall_code(), Code::Ok);
+    for _ in 0..4 {
+        let response = server
+            .decide(request(
+                "d",
+                vec![
+                    descriptor(&[("user", "kim")]),
+                    costing(0, &[("quota_a", "lee")]),
+                ],
+            ))
+            .await;
+        assert_eq!(response.overall_code(), Code::OverLimit);
+    }
+    // None of the four counted against the user's three a minute.
+    let alone = server.decide(one(&[("user", "kim")])).await;
+    assert_eq!(summary(&alone.statuses[0]), (Code::Ok, 2, Some(60)));
+    server.stop().await;
+}

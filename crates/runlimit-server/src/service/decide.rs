@@ -113,9 +113,9 @@ where
     if !enforced.is_empty() {
         if decision.enforced_over() {
             decision.peek(limiter, &enforced).await?;
-        } else if !plan.groups.iter().any(|group| group.class == Class::Quota) {
-            // Without quota-mode descriptors nothing can make the request
-            // over once the batch is admitted,
+        } else if !decision.limited().any(|(_, limited)| limited.applied.quota) {
+            // Without quota-mode descriptors (counted, peeked or blocking)
+            // nothing can make the request over once the batch is admitted,
             // so nothing will be given back: no receipt is needed, and a
             // lone check takes the backend's cheapest path (coalesced on
             // Redis).
