@@ -4,18 +4,16 @@
 
 mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use common::Layout;
-use proptest::{prelude::*, test_runner::TestRunner};
 use redis::cluster_async::ClusterConnection;
 use runlimit_conformance::{
-    Shared, TimeControl, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
+    TimeControl, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
     fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
     fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
-    gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
-    sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
-    sliding_window_settle_suite, sliding_window_suite,
+    gcra_settle_suite, gcra_suite, sliding_window_carry_suite, sliding_window_grant_suite,
+    sliding_window_lifecycle_suite, sliding_window_settle_suite, sliding_window_suite,
 };
 use runlimit_core::{
     AnyPolicy, CarriedFrom, Check, FixedWindowPolicy, GcraPolicy, Lifecycle, Limiter, PolicyId,
@@ -267,34 +265,7 @@ fn weighted_leased_traces_strand_no_units_on_a_cluster() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let connection = runtime.block_on(connect(&nodes));
     let config = common::config("cluster-leased");
-    let fixed = Shared(Arc::new(RedisLimiter::<_, FixedWindowPolicy>::cluster(
-        connection.clone(),
-        config.clone(),
-    )));
-    let sliding = Shared(Arc::new(RedisLimiter::<_, SlidingWindowPolicy>::cluster(
-        connection.clone(),
-        config.clone(),
-    )));
-    let gcra = Shared(Arc::new(RedisLimiter::<_, GcraPolicy>::cluster(
-        connection, config,
-    )));
-    runtime.block_on(async {
-        leased_weighted_suite(&fixed).await;
-        leased_weighted_suite(&sliding).await;
-        leased_weighted_suite(&gcra).await;
-    });
-    TestRunner::new(ProptestConfig::with_cases(32))
-        .run(&leased_trace(), |trace| {
-            runtime
-                .block_on(async {
-                    run_leased_trace(&fixed, &trace).await?;
-                    run_leased_trace(&sliding, &trace).await?;
-                    run_leased_trace(&gcra, &trace).await
-                })
-                .map_err(TestCaseError::fail)?;
-            Ok(())
-        })
-        .expect("every trace");
+    common::leased_suites(&runtime, connection, config, true);
 }
 
 #[tokio::test]

@@ -2,14 +2,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use proptest::{prelude::*, test_runner::TestRunner};
 use runlimit_conformance::{
-    Shared, any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite,
-    fixed_window_grant_suite, fixed_window_lifecycle_suite, fixed_window_settle_suite,
-    fixed_window_suite, gcra_carry_suite, gcra_grant_suite, gcra_lifecycle_suite,
-    gcra_settle_suite, gcra_suite, leased_trace, leased_weighted_suite, run_leased_trace,
+    any_policy_carry_suite, carry_drain_suite, fixed_window_carry_suite, fixed_window_grant_suite,
+    fixed_window_lifecycle_suite, fixed_window_settle_suite, fixed_window_suite, gcra_carry_suite,
+    gcra_grant_suite, gcra_lifecycle_suite, gcra_settle_suite, gcra_suite,
     sliding_window_carry_suite, sliding_window_grant_suite, sliding_window_lifecycle_suite,
     sliding_window_settle_suite, sliding_window_suite,
 };
@@ -118,32 +114,5 @@ fn weighted_leased_traces_strand_no_units() {
         return;
     };
     let config = common::config("conf-leased");
-    let fixed = Shared(Arc::new(RedisLimiter::<_, FixedWindowPolicy>::new(
-        connection.clone(),
-        config.clone(),
-    )));
-    let sliding = Shared(Arc::new(RedisLimiter::<_, SlidingWindowPolicy>::new(
-        connection.clone(),
-        config.clone(),
-    )));
-    let gcra = Shared(Arc::new(RedisLimiter::<_, GcraPolicy>::new(
-        connection, config,
-    )));
-    runtime.block_on(async {
-        leased_weighted_suite(&fixed).await;
-        leased_weighted_suite(&sliding).await;
-        leased_weighted_suite(&gcra).await;
-    });
-    TestRunner::new(ProptestConfig::with_cases(32))
-        .run(&leased_trace(), |trace| {
-            runtime
-                .block_on(async {
-                    run_leased_trace(&fixed, &trace).await?;
-                    run_leased_trace(&sliding, &trace).await?;
-                    run_leased_trace(&gcra, &trace).await
-                })
-                .map_err(TestCaseError::fail)?;
-            Ok(())
-        })
-        .expect("every trace");
+    common::leased_suites(&runtime, connection, config, false);
 }

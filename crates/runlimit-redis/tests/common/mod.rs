@@ -311,3 +311,53 @@ pub(crate) async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .await
         .expect("admin")
 }
+
+/// Leased replicas in front of limiters on `connection` (a cluster's when
+/// `cluster`), held to the ledger of `runlimit_conformance::leased` for
+/// every algorithm: the weighted case, then 32 random traces.
+pub(crate) fn leased_suites<C>(
+    runtime: &tokio::runtime::Runtime,
+    connection: C,
+    config: RedisConfig,
+    cluster: bool,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    use runlimit_conformance::{Shared, leased_trace, leased_weighted_suite, run_leased_trace};
+    use runlimit_core::{FixedWindowPolicy, GcraPolicy, SlidingWindowPolicy};
+    use runlimit_redis::{RedisLimiter, RedisPolicy};
+
+    fn shared<C, P>(connection: C, config: RedisConfig, cluster: bool) -> Shared<RedisLimiter<C, P>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+        P: RedisPolicy,
+    {
+        Shared(Arc::new(if cluster {
+            RedisLimiter::cluster(connection, config)
+        } else {
+            RedisLimiter::new(connection, config)
+        }))
+    }
+
+    let fixed = shared::<_, FixedWindowPolicy>(connection.clone(), config.clone(), cluster);
+    let sliding = shared::<_, SlidingWindowPolicy>(connection.clone(), config.clone(), cluster);
+    let gcra = shared::<_, GcraPolicy>(connection, config, cluster);
+    runtime.block_on(async {
+        leased_weighted_suite(&fixed).await;
+        leased_weighted_suite(&sliding).await;
+        leased_weighted_suite(&gcra).await;
+    });
+    TestRunner::new(Config::with_cases(32))
+        .run(&leased_trace(), |trace| {
+            runtime
+                .block_on(async {
+                    run_leased_trace(&fixed, &trace).await?;
+                    run_leased_trace(&sliding, &trace).await?;
+                    run_leased_trace(&gcra, &trace).await
+                })
+                .map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .expect("every trace");
+}
